@@ -1,0 +1,1 @@
+"""Prefect Blocks holding the backend configuration (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Deployment definitions for the sweep (see docs/architecture.md)."""

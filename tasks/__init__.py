@@ -1,0 +1,6 @@
+"""Prefect tasks: the retry-free steps a sweep fans out per dataset row."""
+
+from prefect_harbor.tasks.dataset import inspect_dataset
+from prefect_harbor.tasks.trial import run_trial
+
+__all__ = ["inspect_dataset", "run_trial"]

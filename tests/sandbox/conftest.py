@@ -1,0 +1,58 @@
+"""Build bubblewrap environments for tests without a whole Harbor trial."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
+from harbor.models.trial.paths import TrialPaths
+
+from prefect_harbor.sandbox import BubblewrapEnvironment
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+MakeEnvironment = Callable[..., BubblewrapEnvironment]
+
+
+@pytest.fixture
+def make_environment(tmp_path: Path) -> MakeEnvironment:
+    """A factory: ``make_environment(dockerfile=..., network_mode=..., **env_kwargs)``."""
+    counter = iter(range(1000))
+
+    def make(
+        dockerfile: str = "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        network_mode: NetworkMode = NetworkMode.PUBLIC,
+        task_env: EnvironmentConfig | None = None,
+        **kwargs,
+    ) -> BubblewrapEnvironment:
+        n = next(counter)
+        environment_dir = tmp_path / f"task{n}" / "environment"
+        environment_dir.mkdir(parents=True)
+        (environment_dir / "Dockerfile").write_text(dockerfile)
+        trial_paths = TrialPaths(trial_dir=tmp_path / f"trial{n}")
+        trial_paths.mkdir()
+        kwargs.setdefault("sandboxes_dir", str(tmp_path / "sandboxes"))
+        return BubblewrapEnvironment(
+            environment_dir=environment_dir,
+            environment_name=f"selfcheck{n}",
+            session_id=f"selfcheck{n}__env",
+            trial_paths=trial_paths,
+            task_env_config=task_env or EnvironmentConfig(network_mode=network_mode),
+            network_policy=NetworkPolicy(network_mode=network_mode),
+            **kwargs,
+        )
+
+    return make
+
+
+@pytest.fixture
+async def environment(make_environment: MakeEnvironment) -> AsyncIterator[BubblewrapEnvironment]:
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        yield env
+    finally:
+        await env.stop(delete=True)
