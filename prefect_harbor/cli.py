@@ -9,6 +9,8 @@ Prefect server.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -49,6 +51,7 @@ def sweep(
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
     concurrency: Annotated[int, typer.Option(min=1, help="Trials running at once.")] = 4,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
     """Run every dataset row as a Harbor trial and write the results as Parquet."""
     try:
@@ -62,6 +65,12 @@ def sweep(
     if info.rows == 0:
         raise fail(f"dataset {dataset} has no rows")
 
+    # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    if not verbose:
+        # Each trial's full harbor log is in its trial.log; keep the console to row outcomes.
+        logging.getLogger("harbor.utils.logger").propagate = False
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
     summary = asyncio.run(evaluation_sweep(dataset=dataset, config=config))

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: set everything up, then run the demo sweep or the tests.
+#   bash scripts/dev.sh demo   # set up, then sweep the bundled example tasks
+#   bash scripts/dev.sh test   # set up, then run the whole test suite (what CI runs)
+#   bash scripts/dev.sh setup  # set up only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# System tools the local sandbox and the example tasks need: bwrap, nsenter/setpriv, tmux.
+ensure_system_packages() {
+    local missing=()
+    command -v bwrap >/dev/null || missing+=(bubblewrap)
+    command -v tmux >/dev/null || missing+=(tmux)
+    command -v nsenter >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
+    [ ${#missing[@]} -eq 0 ] && return
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "error: missing system packages: ${missing[*]}; install them (e.g. sudo apt-get install ${missing[*]}) and re-run." >&2
+        exit 1
+    fi
+    say "Installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The first Python >= 3.12 we can find: on PATH, then pyenv's versions.
+find_python() {
+    local candidate
+    for candidate in python3.12 python3.13 python3 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            command -v "$candidate" 2>/dev/null || echo "$candidate"
+            return
+        fi
+    done
+    echo "error: Python >= 3.12 not found; install it (e.g. apt-get install python3.12 or pyenv install 3.12)." >&2
+    exit 1
+}
+
+setup() {
+    ensure_system_packages
+    PYTHON=$(find_python)
+    if command -v uv >/dev/null; then
+        UV=(uv)
+    else
+        "$PYTHON" -m uv --version >/dev/null 2>&1 || { say "Installing uv"; "$PYTHON" -m pip install --quiet uv; }
+        UV=("$PYTHON" -m uv)
+    fi
+    say "Syncing the locked environment (.venv)"
+    UV_PYTHON_DOWNLOADS=never "${UV[@]}" sync --locked --python "$PYTHON" --quiet
+}
+
+# Offline-friendly Prefect defaults: no analytics, and time for a cold ephemeral server.
+export PREFECT_SERVER_ANALYTICS_ENABLED="${PREFECT_SERVER_ANALYTICS_ENABLED:-false}"
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-120}"
+
+case "${1:-}" in
+    setup)
+        setup ;;
+    demo)
+        setup
+        say "Sweeping the bundled example tasks (examples/dataset.jsonl)"
+        exec .venv/bin/prefect-harbor sweep --tasks-dir examples/tasks --dataset examples/dataset.jsonl --results results ;;
+    test)
+        setup
+        shift
+        exec .venv/bin/python -m pytest "$@" ;;
+    *)
+        echo "usage: bash scripts/dev.sh {demo|test|setup}" >&2
+        exit 2 ;;
+esac

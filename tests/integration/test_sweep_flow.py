@@ -1,0 +1,105 @@
+"""The evaluation-sweep flow on a real Prefect server, running real trials in the sandbox."""
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from prefect.client.orchestration import get_client
+
+from prefect_harbor.config import SweepConfig
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows.sweep import SUMMARY_ARTIFACT_KEY
+
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
+
+
+def host_processes_matching(needle: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+async def test_the_example_sweep_scores_every_task_and_leaves_nothing_running(tmp_path):
+    config = SweepConfig(tasks_dir=EXAMPLE_TASKS, results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"), concurrency=3)
+    summary = await evaluation_sweep(dataset=str(EXAMPLE_DATASET), config=config)
+
+    table = pq.read_table(summary.results_uri).to_pylist()
+    assert {row["task"]: row["reward"] for row in table} == EXPECTED_ORACLE_REWARDS
+    assert {row["status"] for row in table} == {"success"}
+    assert all(row["total_sec"] > 0 and row["verifier_sec"] is not None for row in table)
+    assert dict(next(r for r in table if r["task"] == "multi-key-reward")["rewards"]) == {"reward": 1.0, "correctness": 1.0, "format": 1.0}
+    assert (summary.rows, summary.success, summary.mean_reward) == (5, 5, 0.8)
+    # The background-process task leaves a tmux server and a ticker loop inside its sandbox.
+    assert host_processes_matching("ticker.sh") == []
+    # Successful trial directories are cleaned up.
+    assert not any((tmp_path / "trials").rglob("result.json"))
+
+    async with get_client() as client:
+        artifact = await client.read_latest_artifacts()
+    assert any(a.key == SUMMARY_ARTIFACT_KEY for a in artifact)
+
+
+async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "good", "metadata": {"harbor_task_id": "reward-txt"}}),
+                json.dumps({"id": "unknown-task", "metadata": {"harbor_task_id": "nope"}}),
+                json.dumps({"id": "escape", "metadata": {"harbor_task_id": "../../etc"}}),
+                json.dumps({"id": "no-task"}),
+                "{this is not json",
+            ]
+        )
+        + "\n"
+    )
+    config = SweepConfig(tasks_dir=EXAMPLE_TASKS, results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"))
+    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
+    assert len(rows) == 5
+    assert rows["good"]["status"] == "success"
+    assert "unknown harbor task id 'nope'" in rows["unknown-task"]["err_message"]
+    assert "unknown harbor task id '../../etc'" in rows["escape"]["err_message"]
+    assert "needs metadata.harbor_task_id" in rows["no-task"]["err_message"]
+    malformed = next(r for r in rows.values() if r["row_index"] == 4)
+    assert malformed["status"] == "failure" and "not valid JSON" in malformed["err_message"]
+    assert {r["err_category"] for r in rows.values() if r["status"] == "failure"} == {"validation_error"}
+
+
+async def test_template_mode_runs_the_prompt_rows_against_one_task(tmp_path):
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": f"variant {i}"}) for i in range(3)) + "\n")
+    config = SweepConfig(
+        tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template",
+        results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"),
+    )  # fmt: skip
+    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    table = pq.read_table(summary.results_uri).to_pylist()
+    assert [(r["row_id"], r["status"], r["reward"]) for r in table] == [(f"p{i}", "success", 1.0) for i in range(3)]
+
+
+async def test_failed_trials_are_kept_and_their_directory_recorded(tmp_path):
+    dataset = tmp_path / "rows.jsonl"
+    task = tmp_path / "tasks" / "no-reward"
+    for sub in ("environment", "solution", "tests"):
+        (task / sub).mkdir(parents=True)
+    (task / "task.toml").write_text("[verifier]\ntimeout_sec = 30\n")
+    (task / "instruction.md").write_text("nothing")
+    (task / "environment" / "Dockerfile").write_text("FROM debian\n")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 'forgot the reward file'\n")
+    dataset.write_text(json.dumps({"id": "r", "metadata": {"harbor_task_id": "no-reward"}}) + "\n")
+    config = SweepConfig(tasks_dir=tmp_path / "tasks", results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"))
+    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    (row,) = pq.read_table(summary.results_uri).to_pylist()
+    assert (row["status"], row["exception_type"], row["err_phase"]) == ("failure", "RewardFileNotFoundError", "verifier")
+    assert (Path(row["trial_dir"]) / "result.json").is_file()

@@ -1,0 +1,14 @@
+"""Where the bundled examples are, and what the oracle scores on them."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_TASKS = REPO / "examples" / "tasks"
+EXAMPLE_DATASET = REPO / "examples" / "dataset.jsonl"
+EXPECTED_ORACLE_REWARDS = {
+    "multi-key-reward": 1.0,
+    "reward-txt": 1.0,
+    "broken-solution": 0.0,
+    "background-process": 1.0,
+    "no-network": 1.0,
+}

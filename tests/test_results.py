@@ -1,0 +1,51 @@
+"""The results table: schema, incremental parts, compaction and the summary."""
+
+from datetime import UTC, datetime
+
+import pyarrow.parquet as pq
+
+from prefect_harbor.results import RESULTS_SCHEMA, ResultsWriter, RowResult, SweepSummary
+
+
+def row(index, task="t", status="success", reward=1.0, **fields):
+    return RowResult(row_index=index, row_id=f"r{index}", task=task, status=status, reward=reward, **fields)
+
+
+def test_each_finished_row_is_readable_before_the_sweep_ends(tmp_path):
+    writer = ResultsWriter(str(tmp_path), "run1")
+    writer.write_row(row(0, rewards={"reward": 1.0, "style": 0.5}))
+    writer.write_row(row(1, status="failure", reward=None, err_category="agent_error", err_message="boom"))
+    table = pq.read_table(str(tmp_path / "run1" / "parts"))
+    assert table.schema.equals(RESULTS_SCHEMA)
+    assert sorted(table.column("row_id").to_pylist()) == ["r0", "r1"]
+
+
+def test_finalize_compacts_in_row_order_and_drops_the_parts(tmp_path):
+    writer = ResultsWriter(str(tmp_path), "run1")
+    rows = [row(2), row(0, reward=0.0), row(1, started_at=datetime(2026, 1, 1, tzinfo=UTC))]
+    for result in rows:
+        writer.write_row(result)
+    uri = writer.finalize(rows)
+    assert uri == f"file://{tmp_path}/run1/results.parquet"
+    table = pq.read_table(uri)
+    assert table.column("row_index").to_pylist() == [0, 1, 2]
+    assert table.column("reward").to_pylist() == [0.0, 1.0, 1.0]
+    assert not (tmp_path / "run1" / "parts").exists()
+
+
+def test_rewards_map_round_trips(tmp_path):
+    writer = ResultsWriter(str(tmp_path), "run1")
+    uri = writer.finalize([row(0, rewards={"reward": 1.0, "format": 0.0})])
+    assert pq.read_table(uri).column("rewards").to_pylist() == [[("reward", 1.0), ("format", 0.0)]]
+
+
+def test_summary_counts_and_means():
+    summary = SweepSummary.of(
+        "run1",
+        "uri",
+        [row(0, "a", reward=1.0), row(1, "a", reward=0.0), row(2, "b", status="failure", reward=None), row(3, "b", status="cancelled", reward=None)],
+    )
+    assert (summary.rows, summary.success, summary.failure, summary.cancelled) == (4, 2, 1, 1)
+    assert summary.mean_reward == 0.5
+    assert summary.per_task["a"].mean_reward == 0.5
+    assert summary.per_task["b"].mean_reward is None

@@ -1,0 +1,123 @@
+"""Row -> task copy -> result mapping, without running a sandbox."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
+from harbor.models.verifier.result import VerifierResult
+
+from prefect_harbor.config import SweepConfig
+from prefect_harbor.results import RowResult
+from prefect_harbor.rows import DatasetRow
+from prefect_harbor.trials import RowRejected, outcome, prepare_task, trial_name_for
+
+from paths import EXAMPLE_TASKS
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def dataset_config():
+    return SweepConfig(tasks_dir=EXAMPLE_TASKS, task_mode="dataset")
+
+
+def template_config(task="reward-txt"):
+    return SweepConfig(tasks_dir=EXAMPLE_TASKS / task, task_mode="template")
+
+
+def test_dataset_mode_copies_the_selected_task_and_keeps_its_instruction(tmp_path):
+    row = DatasetRow(id="r", prompt="ignored in dataset mode", metadata={"harbor_task_id": "reward-txt"})
+    task, path = prepare_task(row, dataset_config(), tmp_path / "copy")
+    assert task == "reward-txt"
+    assert (path / "instruction.md").read_text() == (EXAMPLE_TASKS / "reward-txt" / "instruction.md").read_text()
+
+
+@pytest.mark.parametrize("task_id", ["../reward-txt", "/etc", "no-such-task", "."])
+def test_dataset_mode_refuses_ids_outside_the_root_or_missing(tmp_path, task_id):
+    row = DatasetRow(id="r", metadata={"harbor_task_id": task_id})
+    with pytest.raises(RowRejected, match="unknown harbor task id"):
+        prepare_task(row, dataset_config(), tmp_path / "copy")
+
+
+def test_dataset_mode_needs_a_task_id(tmp_path):
+    with pytest.raises(RowRejected, match="needs metadata.harbor_task_id"):
+        prepare_task(DatasetRow(id="r"), dataset_config(), tmp_path / "copy")
+
+
+def test_template_mode_writes_the_prompt_exactly_as_osmosis(tmp_path):
+    messages = [{"role": "user", "content": "Schreib «hallo»"}]
+    _, path = prepare_task(DatasetRow(id="r", prompt=messages), template_config(), tmp_path / "copy")
+    assert (path / "instruction.md").read_text() == json.dumps(messages, default=str)
+    assert "\\u00ab" in (path / "instruction.md").read_text()  # ASCII-escaped, one line
+
+
+def test_template_mode_without_prompt_or_instruction_fails_the_row(tmp_path):
+    task = tmp_path / "task"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.toml").write_text("")
+    config = SweepConfig(tasks_dir=task, task_mode="template")
+    with pytest.raises(RowRejected, match="task task has no instruction and no prompt"):
+        prepare_task(DatasetRow(id="r"), config, tmp_path / "copy")
+
+
+def test_tasks_with_symlinks_are_refused(tmp_path):
+    task = tmp_path / "task"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.toml").write_text("")
+    (task / "tests" / "link").symlink_to("/etc/passwd")
+    with pytest.raises(RowRejected, match="symlink"):
+        prepare_task(DatasetRow(id="r", prompt="p"), SweepConfig(tasks_dir=task, task_mode="template"), tmp_path / "copy")
+
+
+def test_trial_names_are_filesystem_safe_and_unique():
+    first, second = trial_name_for("a/b c:d"), trial_name_for("a/b c:d")
+    assert first.startswith("a_b_c_d__") and first != second
+
+
+def trial_result(rewards=None, error=None, error_at=None, verifier=True):
+    return TrialResult.model_construct(
+        exception_info=None if error is None else ExceptionInfo.model_construct(exception_type=error, exception_message=f"{error} happened", occurred_at=error_at or T0),
+        verifier_result=None if rewards is None else VerifierResult(rewards=rewards),
+        environment_setup=TimingInfo(started_at=T0, finished_at=T0 + timedelta(seconds=1)),
+        agent_setup=TimingInfo(started_at=T0 + timedelta(seconds=1), finished_at=T0 + timedelta(seconds=2)),
+        agent_execution=TimingInfo(started_at=T0 + timedelta(seconds=2), finished_at=T0 + timedelta(seconds=5)),
+        verifier=TimingInfo(started_at=T0 + timedelta(seconds=5), finished_at=T0 + timedelta(seconds=6)) if verifier else None,
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=6),
+        agent_result=None,
+    )
+
+
+BASE = RowResult(row_index=0, row_id="r", status="failure")
+
+
+def test_the_reward_key_decides_and_other_keys_are_kept():
+    result = outcome(BASE, trial_result({"reward": 0.5, "style": 1}))
+    assert (result.status, result.reward, result.rewards) == ("success", 0.5, {"reward": 0.5, "style": 1.0})
+    assert (result.agent_sec, result.total_sec) == (3.0, 6.0)
+
+
+def test_rewards_without_the_reward_key_fail_validation():
+    result = outcome(BASE, trial_result({"style": 1.0}))
+    assert (result.status, result.err_category) == ("failure", "validation_error")
+    assert "Sample has no reward after grading" in result.err_message
+
+
+def test_an_agent_phase_failure_stays_the_reported_cause():
+    result = outcome(BASE, trial_result({"reward": 0.0}, error="AgentTimeoutError", error_at=T0 + timedelta(seconds=3)))
+    assert (result.status, result.err_category, result.err_phase) == ("failure", "timeout", "agent")
+    assert result.rewards == {"reward": 0.0}
+
+
+def test_a_verifier_failure_is_an_agent_error_in_the_verifier_phase():
+    result = outcome(BASE, trial_result(None, error="RewardFileNotFoundError", error_at=T0 + timedelta(seconds=5, milliseconds=5)))
+    assert (result.status, result.err_category, result.err_phase) == ("failure", "agent_error", "verifier")
+
+
+def test_no_verifier_and_no_error_means_no_reward_source():
+    result = outcome(BASE, trial_result(None, verifier=False))
+    assert result.status == "failure" and "no reward source" in result.err_message
+
+
+def test_cancelled_trials_are_cancelled_rows():
+    assert outcome(BASE, trial_result(None, error="CancelledError")).status == "cancelled"
