@@ -1,0 +1,120 @@
+"""How much the Prefect pipeline costs on top of raw Harbor trials, and what a sandbox costs.
+
+Runs, in one process and one minute:
+  1. sandbox start+stop, repeated (the bubblewrap environment alone);
+  2. N rows of the example tasks as raw harbor trials (Trial.create + run, no Prefect);
+  3. the same N rows through the evaluation-sweep flow on a running Prefect server;
+and prints seconds, per-row milliseconds and the flow/raw ratio. Figures are for
+comparison within one run, not absolute claims.
+
+    .venv/bin/python benchmarks/sweep_overhead.py --rows 40 --concurrency 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
+from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig  # noqa: E402
+from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig  # noqa: E402
+from harbor.models.trial.paths import TrialPaths  # noqa: E402
+from harbor.trial.trial import Trial  # noqa: E402
+
+from prefect_harbor.sandbox import IMPORT_PATH, BubblewrapEnvironment  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = REPO / "examples" / "tasks"
+# The quick tasks: background-process sleeps on purpose and would only measure its sleep.
+QUICK_TASKS = ["reward-txt", "multi-key-reward", "broken-solution", "no-network"]
+
+
+async def sandbox_start_stop(scratch: Path, repeats: int) -> list[float]:
+    environment_dir = scratch / "env"
+    environment_dir.mkdir()
+    (environment_dir / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    timings = []
+    for n in range(repeats):
+        paths = TrialPaths(trial_dir=scratch / f"trial{n}")
+        paths.mkdir()
+        env = BubblewrapEnvironment(
+            environment_dir=environment_dir, environment_name="bench", session_id=f"bench{n}",
+            trial_paths=paths, task_env_config=TaskEnvironmentConfig(), sandboxes_dir=str(scratch / "sandboxes"),
+        )  # fmt: skip
+        began = time.perf_counter()
+        await env.start(force_build=False)
+        await env.stop(delete=True)
+        timings.append(time.perf_counter() - began)
+    return timings
+
+
+async def raw_trials(rows: int, concurrency: int, trials_dir: Path) -> float:
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(n: int) -> None:
+        async with slots:
+            trial = await Trial.create(
+                TrialConfig(
+                    task=TaskConfig(path=TASKS / QUICK_TASKS[n % len(QUICK_TASKS)]),
+                    trials_dir=trials_dir, trial_name=f"raw{n}", agent=AgentConfig(name="oracle"),
+                    environment=EnvironmentConfig(import_path=IMPORT_PATH),
+                )  # fmt: skip
+            )
+            result = await trial.run()
+            assert result.verifier_result is not None, result.exception_info
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(rows)))
+    return time.perf_counter() - began
+
+
+async def flow_trials(rows: int, concurrency: int, scratch: Path) -> float:
+    from prefect_harbor.config import SweepConfig
+    from prefect_harbor.flows import evaluation_sweep
+
+    dataset = scratch / "bench.jsonl"
+    dataset.write_text(
+        "".join(json.dumps({"id": f"r{n}", "metadata": {"harbor_task_id": QUICK_TASKS[n % len(QUICK_TASKS)]}}) + "\n" for n in range(rows))
+    )
+    config = SweepConfig(tasks_dir=TASKS, concurrency=concurrency, results=str(scratch / "results"), trials_dir=str(scratch / "trials"))
+    began = time.perf_counter()
+    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    elapsed = time.perf_counter() - began
+    assert summary.rows == rows and summary.failure == 0, summary
+    return elapsed
+
+
+async def main(rows: int, concurrency: int, repeats: int) -> None:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        sandbox = await sandbox_start_stop(scratch, repeats)
+        raw = await raw_trials(rows, concurrency, scratch / "raw")
+        began = time.perf_counter()
+        with prefect_test_harness(server_startup_timeout=120):
+            server_start = time.perf_counter() - began
+            flow = await flow_trials(rows, concurrency, scratch)
+    print(f"sandbox start+stop ({repeats}x): median {statistics.median(sandbox) * 1000:.0f} ms, max {max(sandbox) * 1000:.0f} ms")
+    print(f"{'path':<34}{'seconds':>9}{'ms/row':>9}")
+    print(f"{'raw harbor trials (no Prefect)':<34}{raw:>9.2f}{raw / rows * 1000:>9.0f}")
+    print(f"{'evaluation-sweep flow':<34}{flow:>9.2f}{flow / rows * 1000:>9.0f}")
+    print(f"flow / raw ratio: {flow / raw:.2f}  ({rows} rows, concurrency {concurrency}; Prefect server start {server_start:.1f} s not included)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--sandbox-repeats", type=int, default=20)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.rows, arguments.concurrency, arguments.sandbox_repeats))
