@@ -78,16 +78,16 @@ async def raw_trials(rows: int, concurrency: int, trials_dir: Path) -> float:
 
 
 async def flow_trials(rows: int, concurrency: int, scratch: Path) -> float:
-    from prefect_harbor.config import SweepConfig
+    from prefect_harbor.blocks import HarborBackend
     from prefect_harbor.flows import evaluation_sweep
 
     dataset = scratch / "bench.jsonl"
     dataset.write_text(
         "".join(json.dumps({"id": f"r{n}", "metadata": {"harbor_task_id": QUICK_TASKS[n % len(QUICK_TASKS)]}}) + "\n" for n in range(rows))
     )
-    config = SweepConfig(tasks_dir=TASKS, concurrency=concurrency, results=str(scratch / "results"), trials_dir=str(scratch / "trials"))
+    backend = HarborBackend(tasks_dir=TASKS, task_mode="dataset", agent="oracle", n_concurrent=concurrency, trials_dir=str(scratch / "trials"))
     began = time.perf_counter()
-    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(scratch / "results"))
     elapsed = time.perf_counter() - began
     assert summary.rows == rows and summary.failure == 0, summary
     return elapsed

@@ -11,9 +11,11 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_table_artifact
 from prefect.context import get_run_context
 
-from prefect_harbor.config import SweepConfig
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.config import ConfigurationError
 from prefect_harbor.results import ResultsWriter, RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
+from prefect_harbor.sources import TaskResolver
 from prefect_harbor.tasks import inspect_dataset, run_trial
 from prefect_harbor.trials import RunContext
 
@@ -29,30 +31,62 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{suffix}"
 
 
+async def resolve_backend(backend: HarborBackend | None, backend_block: str | None) -> HarborBackend:
+    """The configuration by block name or inline, checked again against the disk as it is now."""
+    if (backend is None) == (backend_block is None):
+        raise ConfigurationError("give exactly one of `backend` (inline) or `backend_block` (a saved Harbor Backend block's name).")
+    if backend_block is not None:
+        try:
+            return await HarborBackend.aload(backend_block)
+        except ValueError as error:
+            raise ConfigurationError(f"backend_block: {error}") from error
+        except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
+            raise ConfigurationError(f"backend_block {backend_block!r} is no longer valid: {error.__cause__ or error}") from error
+    assert backend is not None
+    return backend.revalidated()
+
+
 @flow(name="evaluation-sweep", retries=0, validate_parameters=True)
-async def evaluation_sweep(dataset: str, config: SweepConfig) -> SweepSummary:
+async def evaluation_sweep(
+    dataset: str,
+    backend: HarborBackend | None = None,
+    backend_block: str | None = None,
+    results: str = "results",
+    concurrency: int | None = None,
+) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
-    Rows run ``config.concurrency`` at a time; the next row is read from the dataset
-    only when a slot frees up, so a large dataset never becomes thousands of pending
-    task runs. Every row yields exactly one result row, whatever happens to it.
+    Args:
+        dataset: JSONL or Parquet rows, a path or an fsspec URL.
+        backend: The backend configuration, inline (code users) or a saved block (UI).
+        backend_block: The name of a saved Harbor Backend block, instead of ``backend``.
+        results: The results root, a local path or an fsspec URL.
+        concurrency: Overrides the backend's ``n_concurrent`` for this run.
+
+    Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
+    when a slot frees up, so a large dataset never becomes thousands of pending task
+    runs. Every row yields exactly one result row, whatever happens to it.
     """
     logger = get_run_logger()
+    config = await resolve_backend(backend, backend_block)
+    if concurrency is not None:
+        config = config.model_copy(update={"n_concurrent": concurrency})
     info = await asyncio.to_thread(inspect_dataset, dataset)
     run_id = new_run_id()
-    writer = await asyncio.to_thread(ResultsWriter, config.results, run_id)
+    writer = await asyncio.to_thread(ResultsWriter, results, run_id)
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id)
+    resolver = TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger)
     logger.info(
         f"Sweep {run_id}: {info.rows} rows from {dataset} ({info.problems} unusable), "
-        f"{config.task_mode} mode, agent {config.agent}, {config.concurrency} at a time"
+        f"{config.task_mode} mode, agent {config.agent}, {config.n_concurrent} at a time"
     )
 
-    results: list[RowResult] = []
-    slots = asyncio.Semaphore(config.concurrency)
+    results_so_far: list[RowResult] = []
+    slots = asyncio.Semaphore(config.n_concurrent)
 
     async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
         try:
-            result = await run_trial(row, index, config, run)
+            result = await run_trial(row, index, config, resolver, run)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug must cost one row, never the sweep
@@ -64,7 +98,7 @@ async def evaluation_sweep(dataset: str, config: SweepConfig) -> SweepSummary:
         finally:
             slots.release()
         await asyncio.to_thread(writer.write_row, result)
-        results.append(result)
+        results_so_far.append(result)
         reward = "-" if result.reward is None else f"{result.reward:g}"
         logger.info(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
 
@@ -73,8 +107,8 @@ async def evaluation_sweep(dataset: str, config: SweepConfig) -> SweepSummary:
             await slots.acquire()
             group.create_task(one_row(index, row))
 
-    results_uri = await asyncio.to_thread(writer.finalize, results)
-    summary = SweepSummary.of(run_id, results_uri, results)
+    results_uri = await asyncio.to_thread(writer.finalize, results_so_far)
+    summary = SweepSummary.of(run_id, results_uri, results_so_far)
     await acreate_table_artifact(
         key=SUMMARY_ARTIFACT_KEY,
         table=[

@@ -1,9 +1,10 @@
 """The ``prefect-harbor`` command line.
 
-``sweep`` validates the configuration and the dataset first (a bad one exits non-zero
-with a one-line reason before any trial starts), then runs the ``evaluation-sweep``
-flow: against the server in ``PREFECT_API_URL`` when set, else on a temporary local
-Prefect server.
+``sweep`` validates the configuration and the dataset first (a bad one exits 2 with a
+one-line reason before any trial starts), then runs the ``evaluation-sweep`` flow:
+against the server in ``PREFECT_API_URL`` when set, else on a temporary local server.
+``check`` is the preflight: configuration, the tasks a sweep would run and their reward
+source, and the removed Osmosis v0.2 APIs in a rollout project.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -19,12 +21,19 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from prefect_harbor.config import SweepConfig, TaskMode
+from prefect_harbor.config import ConfigurationError, TaskMode
 from prefect_harbor.results import SweepSummary
-from prefect_harbor.rows import DatasetError, scan_dataset
+from prefect_harbor.rows import DatasetError, DatasetRow, iter_rows, scan_dataset
 
 app = typer.Typer(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
 err = Console(stderr=True)
+
+# Options shared by `sweep` and `check` (one definition, one help text).
+TasksDir = Annotated[Path | None, typer.Option(help="A task directory (template) or a folder of tasks (dataset).")]
+Mode = Annotated[TaskMode, typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task.")]
+Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")]
+Grader = Annotated[str | None, typer.Option(help="An Osmosis Grader 'module:Class' for tasks without tests/test.sh.")]
+BackendBlock = Annotated[str | None, typer.Option(help="Use a saved Harbor Backend block instead of the flags above.")]
 
 
 @app.callback()
@@ -42,22 +51,47 @@ def config_error_line(error: ValidationError) -> str:
     return "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
 
 
+def _prefect_defaults() -> None:
+    # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode, agent: str, grader: str | None):
+    """The backend from a saved block, or from the flags; exits 2 with the reason."""
+    from prefect_harbor.blocks import HarborBackend
+
+    if backend_block is not None:
+        _prefect_defaults()
+        from prefect_harbor.flows.sweep import resolve_backend
+
+        try:
+            return asyncio.run(resolve_backend(None, backend_block))
+        except ConfigurationError as error:
+            raise fail(str(error)) from None
+    if tasks_dir is None:
+        raise fail("give --tasks-dir (with --mode/--agent), or --backend-block NAME")
+    try:
+        return HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader)
+    except ValidationError as error:
+        raise fail(config_error_line(error)) from None
+
+
 @app.command()
 def sweep(
-    tasks_dir: Annotated[Path, typer.Option(help="A task directory (template) or a folder of tasks (dataset).")],
     dataset: Annotated[str, typer.Option(help="JSONL or Parquet rows: a path or an fsspec URL.")],
-    mode: Annotated[TaskMode, typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task.")] = "dataset",
-    agent: Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")] = "oracle",
+    tasks_dir: TasksDir = None,
+    mode: Mode = "dataset",
+    agent: Agent = "oracle",
+    grader: Grader = None,
+    backend_block: BackendBlock = None,
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
-    concurrency: Annotated[int, typer.Option(min=1, help="Trials running at once.")] = 4,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
     """Run every dataset row as a Harbor trial and write the results as Parquet."""
-    try:
-        config = SweepConfig(tasks_dir=tasks_dir, task_mode=mode, agent=agent, results=results, concurrency=concurrency)
-    except ValidationError as error:
-        raise fail(config_error_line(error)) from None
+    backend = load_backend(backend_block, tasks_dir, mode, agent, grader)
     try:
         info = scan_dataset(dataset)
     except DatasetError as error:
@@ -65,19 +99,70 @@ def sweep(
     if info.rows == 0:
         raise fail(f"dataset {dataset} has no rows")
 
-    # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    _prefect_defaults()
     if not verbose:
         # Each trial's full harbor log is in its trial.log; keep the console to row outcomes.
         logging.getLogger("harbor.utils.logger").propagate = False
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
-    summary = asyncio.run(evaluation_sweep(dataset=dataset, config=config))
+    summary = asyncio.run(evaluation_sweep(dataset=dataset, backend=backend, results=results, concurrency=concurrency))
     if as_json:
         typer.echo(summary.model_dump_json())
     else:
         print_summary(summary)
+
+
+@app.command()
+def check(
+    tasks_dir: TasksDir = None,
+    mode: Mode = "dataset",
+    agent: Agent = "oracle",
+    grader: Grader = None,
+    backend_block: BackendBlock = None,
+    dataset: Annotated[str | None, typer.Option(help="Also list the tasks this dataset's rows select.")] = None,
+    code_dir: Annotated[Path | None, typer.Option(help="A rollout project to scan for removed Osmosis v0.2 APIs.")] = None,
+) -> None:
+    """Preflight: validate the configuration, list the tasks and their reward source, scan for v0.2 APIs."""
+    from prefect_harbor.migration import scan_for_removed_apis
+
+    backend = load_backend(backend_block, tasks_dir, mode, agent, grader)
+    console = Console()
+    console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent}")
+    problems = 0
+    table = Table("task", "rows", "reward source", title="Tasks", title_justify="left")
+    for task, rows in tasks_to_run(backend, dataset).items():
+        task_dir = backend.tasks_dir if backend.task_mode == "template" else backend.tasks_dir / task
+        if (task_dir / "tests" / "test.sh").is_file():
+            source = "tests/test.sh"
+        elif backend.grader:
+            source = f"grader {backend.grader}"
+        elif not task_dir.is_dir():
+            source, problems = "[red]unknown task[/]", problems + 1
+        else:
+            source, problems = "[red]none[/]", problems + 1
+        table.add_row(task, "-" if rows is None else str(rows), source)
+    console.print(table)
+    scanned = code_dir or backend.code_dir
+    if scanned is not None:
+        hits = scan_for_removed_apis(Path(scanned))
+        for hit in hits:
+            console.print(str(hit), highlight=False, soft_wrap=True)
+        console.print(f"{len(hits)} use(s) of removed v0.2 APIs under {scanned}")
+        problems += len(hits)
+    raise typer.Exit(code=1 if problems else 0)
+
+
+def tasks_to_run(backend, dataset: str | None) -> dict[str, int | None]:
+    """Task name -> how many dataset rows select it (None when no dataset was given)."""
+    if backend.task_mode == "template":
+        return {backend.tasks_dir.name: None if dataset is None else scan_dataset(dataset).rows}
+    if dataset is None:
+        return {child.name: None for child in sorted(backend.tasks_dir.iterdir()) if (child / "task.toml").is_file()}
+    try:
+        counts = Counter(row.task_id or "(no harbor_task_id)" for row in iter_rows(dataset) if isinstance(row, DatasetRow))
+    except DatasetError as error:
+        raise fail(str(error)) from None
+    return dict(sorted(counts.items()))
 
 
 def print_summary(summary: SweepSummary) -> None:

@@ -1,8 +1,8 @@
-"""The sweep's configuration, validated before any trial starts.
+"""Configuration pieces shared by the blocks, the CLI and the trial runner.
 
-These pydantic models are what the CLI builds from its flags and what the flow takes as
-typed parameters (so Prefect renders them as a form). A configuration error names the
-field and the fix, and is raised before the first trial.
+The backend configuration itself is the :class:`~prefect_harbor.blocks.HarborBackend`
+block; this module holds what it is made of and the rules it enforces, so that every
+configuration error names the field and the fix before any trial starts.
 """
 
 from __future__ import annotations
@@ -11,26 +11,45 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
 
 TaskMode = Literal["template", "dataset"]
-NATIVE_AGENTS = ("oracle", "terminus-2", "mini-swe-agent")
+#: The native Harbor agents the Osmosis backend binds by name.
+NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
+#: Osmosis's default model for model-backed agents.
+DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
+#: Pre-v0.3 HarborBackend keywords and what replaces them (the seed's migration table).
+LEGACY_KEYWORDS = {
+    "task_dir": "use tasks_dir= with task_mode= ('template' for one reusable task, 'dataset' for a folder of tasks)",
+    "user_code_dir": "use code_dir= (a package project with pyproject.toml) or bundle= (a prebuilt wheel)",
+    "workflow": "use agent= (an AgentWorkflow 'module:Class' or a native Harbor agent name)",
+    "custom_tests_dir": "removed: put the tests in each task's tests/ folder, or pass an Osmosis grader=",
+    "prebuild_local_image": "removed: Harbor caches images; run the prewarm flow before serving",
+    "symlink_environment": "removed: every row gets its own copy of the task",
+}
 
 
 class ConfigurationError(ValueError):
     """The sweep cannot start; the message names the field and what to do."""
 
 
+def reject_legacy_keywords(data: Any) -> None:
+    if isinstance(data, dict):
+        for keyword, replacement in LEGACY_KEYWORDS.items():
+            if keyword in data:
+                raise ConfigurationError(f"{keyword}: a pre-v0.3 HarborBackend keyword; {replacement}.")
+
+
 class TrialEnvironment(BaseModel):
     """Where trials run: the local bubblewrap sandbox, or any Harbor environment."""
 
-    type: str | None = Field(default=None, description="A Harbor environment type (docker, daytona, modal, ...).")
+    type: str | None = Field(default=None, description="A Harbor environment type (docker, daytona, modal, e2b, ...).")
     import_path: str | None = Field(
-        default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local sandbox by default."
+        default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local bubblewrap sandbox by default."
     )
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Options passed to the environment.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Options passed to the environment's constructor.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> TrialEnvironment:
@@ -41,46 +60,17 @@ class TrialEnvironment(BaseModel):
         return self
 
 
+class TaskSourcePolicy(BaseModel):
+    """Which per-row task sources (``metadata.harbor_task``) a sweep honours.
+
+    Dataset rows are data, not code; a task brings an executable Dockerfile and verifier.
+    By default only local paths under ``tasks_dir`` are allowed.
+    """
+
+    allowed_local_roots: list[str] = Field(default_factory=list, description="Extra local folders whose tasks rows may name (tasks_dir is always allowed).")
+    allowed_git_url_prefixes: list[str] = Field(default_factory=list, description="Git URLs rows may fetch tasks from, by prefix (e.g. 'https://github.com/acme/').")
+    allowed_registry_orgs: list[str] = Field(default_factory=list, description="Harbor registry organisations rows may name as 'org/name@ref'.")
+
+
 def default_trials_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "prefect-harbor" / "trials")
-
-
-class SweepConfig(BaseModel):
-    """Everything a sweep needs besides the dataset."""
-
-    tasks_dir: Path = Field(description="Template mode: one task directory. Dataset mode: a root of task directories.")
-    task_mode: TaskMode = Field(default="dataset", description="'template': the row's prompt becomes instruction.md; 'dataset': metadata.harbor_task_id picks the task.")
-    agent: str = Field(default="oracle", description="A native Harbor agent name, or 'module:Class'.")
-    model_name: str | None = Field(default=None, description="Model for model-backed agents.")
-    concurrency: int = Field(default=4, ge=1, le=256, description="Trials running at once.")
-    results: str = Field(default="results", description="Results root: a local path or an fsspec URL (s3://...).")
-    trials_dir: str = Field(default_factory=default_trials_dir, description="Local directory for Harbor trial directories.")
-    cleanup_successful_trials: bool = Field(default=True, description="Delete a successful row's local trial directory.")
-    environment: TrialEnvironment = Field(default_factory=TrialEnvironment)
-
-    @field_validator("tasks_dir")
-    @classmethod
-    def _tasks_dir_exists(cls, value: Path) -> Path:
-        value = value.expanduser()
-        if not value.is_dir():
-            raise ConfigurationError(f"tasks_dir: {value} is not a directory; point it at a Harbor task (template mode) or a folder of tasks (dataset mode).")
-        return value.resolve()
-
-    @model_validator(mode="after")
-    def _tasks_dir_fits_the_mode(self) -> SweepConfig:
-        is_task = (self.tasks_dir / "task.toml").is_file()
-        if self.task_mode == "template" and not is_task:
-            raise ConfigurationError(f"tasks_dir: {self.tasks_dir} has no task.toml; template mode needs one Harbor task directory.")
-        if self.task_mode == "dataset":
-            if is_task:
-                raise ConfigurationError(f"tasks_dir: {self.tasks_dir} is a single task; use --mode template, or point tasks_dir at its parent folder.")
-            if not any((child / "task.toml").is_file() for child in self.tasks_dir.iterdir()):
-                raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml).")
-        return self
-
-    @field_validator("agent")
-    @classmethod
-    def _agent_is_known(cls, value: str) -> str:
-        if ":" not in value and value not in NATIVE_AGENTS:
-            raise ConfigurationError(f"agent: unknown native agent {value!r}; registered: {list(NATIVE_AGENTS)} (or give 'module:Class').")
-        return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import shutil
@@ -20,21 +21,14 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.result import TimingInfo, TrialResult
 from harbor.trial.trial import Trial
 
-from prefect_harbor.config import SweepConfig
+from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
 
 _TIMEOUT_EXCEPTIONS = frozenset(
     {"AgentTimeoutError", "AgentSetupTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError", "TimeoutError"}
 )
-
-
-class RowRejected(Exception):
-    """A row that cannot become a trial; it is recorded as a failure with this reason."""
-
-    def __init__(self, message: str, category: ErrorCategory = "validation_error"):
-        super().__init__(message)
-        self.category = category
 
 
 @dataclass(frozen=True)
@@ -54,38 +48,36 @@ def trial_name_for(row_id: str) -> str:
     return f"{safe}__{uuid.uuid4().hex[:7]}"
 
 
-def prepare_task(row: DatasetRow, config: SweepConfig, destination: Path) -> tuple[str, Path]:
-    """Copy the row's task to ``destination`` (a private copy per row); return (task, path)."""
-    if config.task_mode == "dataset":
-        task_id = row.task_id
-        if not task_id:
-            raise RowRejected("dataset mode needs metadata.harbor_task_id (a task directory under tasks_dir)")
-        source = (config.tasks_dir / task_id).resolve()
-        if not source.is_relative_to(config.tasks_dir) or not source.is_dir() or source == config.tasks_dir:
-            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {config.tasks_dir})")
-        task = task_id
-    else:
-        source, task = config.tasks_dir, config.tasks_dir.name
+def prepare_task(row: DatasetRow, backend: HarborBackend, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter) -> Path:
+    """Copy the row's task to ``destination`` (a private copy per row) and stage the row."""
+    source = task.path
     for path in [source, *source.rglob("*")]:
         if path.is_symlink():
-            raise RowRejected(f"task {task!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
+            raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
+    if backend.grader is None and not (source / "tests" / "test.sh").is_file():
+        raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
     shutil.copytree(source, destination)
-    if config.task_mode == "template":
+    if backend.task_mode == "template":
         instruction = destination / "instruction.md"
         if row.prompt:
+            if task.dynamic and instruction.is_file():
+                logger.warning(f"Row {row.id}: task {task.name} brings its own instruction.md; the row's prompt overwrites it")
             # Byte-for-byte what the Osmosis backend writes: one line, ASCII-escaped.
             instruction.write_text(json.dumps(row.prompt, default=str))
         elif not instruction.is_file():
-            raise RowRejected(f"task {task} has no instruction and no prompt")
-    return task, destination
+            raise RowRejected(f"task {task.name} has no instruction and no prompt")
+    return destination
 
 
-def build_trial_config(config: SweepConfig, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
-    if ":" in config.agent:
-        agent = AgentConfig(import_path=config.agent, model_name=config.model_name)
+def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
+    model_name = model_for(backend, row)
+    if backend.is_native:
+        agent = AgentConfig(name=backend.agent, model_name=model_name, kwargs=dict(backend.native_agent_kwargs))
     else:
-        agent = AgentConfig(name=config.agent, model_name=config.model_name)
-    environment = config.environment
+        agent = AgentConfig(import_path=backend.agent, model_name=model_name)
+    if backend.agent_setup_timeout_sec is not None:
+        agent.override_setup_timeout_sec = backend.agent_setup_timeout_sec
+    environment = backend.environment
     return TrialConfig(
         task=TaskConfig(path=task_path),
         trials_dir=run.trials_dir,
@@ -95,17 +87,30 @@ def build_trial_config(config: SweepConfig, task_path: Path, run: RunContext, tr
     )
 
 
-async def run_row(row: DatasetRow | RowProblem, index: int, config: SweepConfig, run: RunContext) -> RowResult:
+def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
+    """``metadata.harbor_model`` overrides the model for native agents; oracle needs none."""
+    if backend.agent == "oracle":
+        return None
+    override = row.metadata.get("harbor_model") if backend.is_native else None
+    return str(override) if override else backend.model_name
+
+
+async def run_row(
+    row: DatasetRow | RowProblem, index: int, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> RowResult:  # fmt: skip
     """Run one row's trial. Returns a result for every outcome except cancellation."""
-    base = RowResult(row_index=index, row_id=row.id, agent=config.agent, model=config.model_name, status="failure")
+    base = RowResult(row_index=index, row_id=row.id, agent=backend.agent, status="failure")
     if isinstance(row, RowProblem):
         return base.model_copy(update={"err_category": "validation_error", "err_message": row.reason, "err_phase": "setup"})
+    base.model = model_for(backend, row)
     trial_name = trial_name_for(row.id)
     started = datetime.now().astimezone()
     try:
-        task, task_path = await asyncio.to_thread(prepare_task, row, config, run.tasks_copy_dir / trial_name)
-        base = base.model_copy(update={"task": task, "trial_name": trial_name})
-        trial = await Trial.create(build_trial_config(config, task_path, run, trial_name))
+        task = await resolver.resolve(row)
+        base = base.model_copy(update={"task": task.name, "trial_name": trial_name})
+        task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger)
+        trial = await Trial.create(build_trial_config(backend, row, task_path, run, trial_name))
     except RowRejected as rejected:
         return _failed(base, rejected.category, str(rejected), started)
     except Exception as error:  # Trial.create raises whatever the task or environment raised
@@ -113,7 +118,7 @@ async def run_row(row: DatasetRow | RowProblem, index: int, config: SweepConfig,
     result = await trial.run()
     row_result = outcome(base, result)
     trial_dir = run.trials_dir / trial_name
-    if row_result.status == "success" and config.cleanup_successful_trials:
+    if row_result.status == "success" and backend.cleanup_successful_trials:
         await asyncio.to_thread(_remove, trial_dir, run.tasks_copy_dir / trial_name)
     else:
         row_result.trial_dir = str(trial_dir)

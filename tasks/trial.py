@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from prefect_harbor.config import SweepConfig
+from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.results import RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.sources import TaskResolver
 from prefect_harbor.trials import RunContext, run_row
 
 
 @task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-async def run_trial(row: DatasetRow | RowProblem, index: int, config: SweepConfig, run: RunContext) -> RowResult:
+async def run_trial(
+    row: DatasetRow | RowProblem, index: int, backend: HarborBackend, resolver: TaskResolver, run: RunContext
+) -> RowResult:
     """Run the row's trial in its sandbox and score it; never retried (a retry is a new row)."""
-    return await run_row(row, index, config, run)
+    return await run_row(row, index, backend, resolver, run, get_run_logger())

@@ -1,72 +1,109 @@
 """Row -> task copy -> result mapping, without running a sandbox."""
 
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 
-from prefect_harbor.config import SweepConfig
+from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.results import RowResult
 from prefect_harbor.rows import DatasetRow
-from prefect_harbor.trials import RowRejected, outcome, prepare_task, trial_name_for
+from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
+from prefect_harbor.trials import model_for, outcome, prepare_task, trial_name_for
 
 from paths import EXAMPLE_TASKS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LOG = logging.getLogger("test")
 
 
-def dataset_config():
-    return SweepConfig(tasks_dir=EXAMPLE_TASKS, task_mode="dataset")
+def dataset_backend(**kwargs):
+    return HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", **kwargs)
 
 
-def template_config(task="reward-txt"):
-    return SweepConfig(tasks_dir=EXAMPLE_TASKS / task, task_mode="template")
+def template_backend(task="reward-txt", **kwargs):
+    return HarborBackend(tasks_dir=EXAMPLE_TASKS / task, task_mode="template", agent="oracle", **kwargs)
 
 
-def test_dataset_mode_copies_the_selected_task_and_keeps_its_instruction(tmp_path):
+def a_task(tmp_path, instruction=True, tests=True):
+    task = tmp_path / "task"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.toml").write_text("")
+    if tests:
+        (task / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    if instruction:
+        (task / "instruction.md").write_text("the task's own instruction")
+    return task
+
+
+async def test_dataset_mode_selects_the_task_and_keeps_its_instruction(tmp_path):
+    backend = dataset_backend()
     row = DatasetRow(id="r", prompt="ignored in dataset mode", metadata={"harbor_task_id": "reward-txt"})
-    task, path = prepare_task(row, dataset_config(), tmp_path / "copy")
-    assert task == "reward-txt"
+    task = await TaskResolver(backend, tmp_path).resolve(row)
+    path = prepare_task(row, backend, task, tmp_path / "copy", LOG)
+    assert task.name == "reward-txt"
     assert (path / "instruction.md").read_text() == (EXAMPLE_TASKS / "reward-txt" / "instruction.md").read_text()
 
 
 @pytest.mark.parametrize("task_id", ["../reward-txt", "/etc", "no-such-task", "."])
-def test_dataset_mode_refuses_ids_outside_the_root_or_missing(tmp_path, task_id):
+async def test_dataset_mode_refuses_ids_outside_the_root_or_missing(tmp_path, task_id):
     row = DatasetRow(id="r", metadata={"harbor_task_id": task_id})
     with pytest.raises(RowRejected, match="unknown harbor task id"):
-        prepare_task(row, dataset_config(), tmp_path / "copy")
+        await TaskResolver(dataset_backend(), tmp_path).resolve(row)
 
 
-def test_dataset_mode_needs_a_task_id(tmp_path):
+async def test_dataset_mode_needs_a_task_id(tmp_path):
     with pytest.raises(RowRejected, match="needs metadata.harbor_task_id"):
-        prepare_task(DatasetRow(id="r"), dataset_config(), tmp_path / "copy")
+        await TaskResolver(dataset_backend(), tmp_path).resolve(DatasetRow(id="r"))
 
 
 def test_template_mode_writes_the_prompt_exactly_as_osmosis(tmp_path):
+    backend = template_backend()
     messages = [{"role": "user", "content": "Schreib «hallo»"}]
-    _, path = prepare_task(DatasetRow(id="r", prompt=messages), template_config(), tmp_path / "copy")
+    task = ResolvedTask(name="reward-txt", path=backend.tasks_dir)
+    path = prepare_task(DatasetRow(id="r", prompt=messages), backend, task, tmp_path / "copy", LOG)
     assert (path / "instruction.md").read_text() == json.dumps(messages, default=str)
     assert "\\u00ab" in (path / "instruction.md").read_text()  # ASCII-escaped, one line
 
 
 def test_template_mode_without_prompt_or_instruction_fails_the_row(tmp_path):
-    task = tmp_path / "task"
-    (task / "tests").mkdir(parents=True)
-    (task / "task.toml").write_text("")
-    config = SweepConfig(tasks_dir=task, task_mode="template")
+    task = a_task(tmp_path, instruction=False)
+    backend = HarborBackend(tasks_dir=task, agent="oracle")
     with pytest.raises(RowRejected, match="task task has no instruction and no prompt"):
-        prepare_task(DatasetRow(id="r"), config, tmp_path / "copy")
+        prepare_task(DatasetRow(id="r"), backend, ResolvedTask("task", task), tmp_path / "copy", LOG)
+
+
+def test_a_dynamic_task_whose_instruction_is_overwritten_is_warned_about(tmp_path, caplog):
+    task = a_task(tmp_path)
+    backend = template_backend()
+    with caplog.at_level(logging.WARNING, logger="test"):
+        prepare_task(DatasetRow(id="r", prompt="new"), backend, ResolvedTask("task", task, dynamic=True), tmp_path / "copy", LOG)
+    assert "brings its own instruction.md" in caplog.text
+
+
+def test_a_task_without_tests_and_without_a_grader_fails_the_row(tmp_path):
+    task = a_task(tmp_path, tests=False)
+    with pytest.raises(RowRejected, match="has no reward source"):
+        prepare_task(DatasetRow(id="r", prompt="p"), dataset_backend(), ResolvedTask("task", task), tmp_path / "copy", LOG)
 
 
 def test_tasks_with_symlinks_are_refused(tmp_path):
-    task = tmp_path / "task"
-    (task / "tests").mkdir(parents=True)
-    (task / "task.toml").write_text("")
+    task = a_task(tmp_path)
     (task / "tests" / "link").symlink_to("/etc/passwd")
     with pytest.raises(RowRejected, match="symlink"):
-        prepare_task(DatasetRow(id="r", prompt="p"), SweepConfig(tasks_dir=task, task_mode="template"), tmp_path / "copy")
+        prepare_task(DatasetRow(id="r", prompt="p"), template_backend(), ResolvedTask("task", task), tmp_path / "copy", LOG)
+
+
+def test_harbor_model_overrides_the_model_for_native_agents_only():
+    row = DatasetRow(id="r", metadata={"harbor_model": "openai/other"})
+    native = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="terminus-2")
+    workflow = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow")
+    assert model_for(native, row) == "openai/other"
+    assert model_for(workflow, row) == "openai/osmosis-rollout"
+    assert model_for(template_backend(), row) is None  # oracle needs no model
 
 
 def test_trial_names_are_filesystem_safe_and_unique():

@@ -8,13 +8,17 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.client.orchestration import get_client
 
-from prefect_harbor.config import SweepConfig
+from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.sweep import SUMMARY_ARTIFACT_KEY
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
+
+
+def dataset_backend(tmp_path, tasks_dir=EXAMPLE_TASKS, **kwargs) -> HarborBackend:
+    return HarborBackend(tasks_dir=tasks_dir, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), **kwargs)
 
 
 def host_processes_matching(needle: str) -> list[int]:
@@ -29,8 +33,7 @@ def host_processes_matching(needle: str) -> list[int]:
 
 
 async def test_the_example_sweep_scores_every_task_and_leaves_nothing_running(tmp_path):
-    config = SweepConfig(tasks_dir=EXAMPLE_TASKS, results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"), concurrency=3)
-    summary = await evaluation_sweep(dataset=str(EXAMPLE_DATASET), config=config)
+    summary = await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), concurrency=3)
 
     table = pq.read_table(summary.results_uri).to_pylist()
     assert {row["task"]: row["reward"] for row in table} == EXPECTED_ORACLE_REWARDS
@@ -62,8 +65,7 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
         )
         + "\n"
     )
-    config = SweepConfig(tasks_dir=EXAMPLE_TASKS, results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"))
-    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"))
     rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
     assert len(rows) == 5
     assert rows["good"]["status"] == "success"
@@ -78,11 +80,8 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
 async def test_template_mode_runs_the_prompt_rows_against_one_task(tmp_path):
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": f"variant {i}"}) for i in range(3)) + "\n")
-    config = SweepConfig(
-        tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template",
-        results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"),
-    )  # fmt: skip
-    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"))
     table = pq.read_table(summary.results_uri).to_pylist()
     assert [(r["row_id"], r["status"], r["reward"]) for r in table] == [(f"p{i}", "success", 1.0) for i in range(3)]
 
@@ -98,8 +97,7 @@ async def test_failed_trials_are_kept_and_their_directory_recorded(tmp_path):
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
     (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 'forgot the reward file'\n")
     dataset.write_text(json.dumps({"id": "r", "metadata": {"harbor_task_id": "no-reward"}}) + "\n")
-    config = SweepConfig(tasks_dir=tmp_path / "tasks", results=str(tmp_path / "results"), trials_dir=str(tmp_path / "trials"))
-    summary = await evaluation_sweep(dataset=str(dataset), config=config)
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tmp_path / "tasks"), results=str(tmp_path / "results"))
     (row,) = pq.read_table(summary.results_uri).to_pylist()
     assert (row["status"], row["exception_type"], row["err_phase"]) == ("failure", "RewardFileNotFoundError", "verifier")
     assert (Path(row["trial_dir"]) / "result.json").is_file()

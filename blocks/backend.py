@@ -1,0 +1,131 @@
+"""The backend configuration block: every knob of Osmosis's ``HarborBackend``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect.blocks.core import Block
+from pydantic import Field, field_validator, model_validator
+
+from prefect_harbor.config import (
+    DEFAULT_MODEL_NAME,
+    NATIVE_AGENTS,
+    ConfigurationError,
+    TaskMode,
+    TaskSourcePolicy,
+    TrialEnvironment,
+    default_trials_dir,
+    reject_legacy_keywords,
+)
+
+
+class HarborBackend(Block):
+    """How a sweep runs each row: the task(s), the agent, how it is scored and where.
+
+    Mirrors the constructor of Osmosis SDK v0.3's ``HarborBackend``; the rules it
+    enforces are checked when the block is created, saved or loaded, and again when a
+    sweep starts, so a bad configuration fails before any trial.
+    """
+
+    _block_type_name = "Harbor Backend"
+    _description = "Backend configuration for Harbor evaluation sweeps: tasks, agent, grader, environment and capacity."
+
+    tasks_dir: Path = Field(description="Template mode: one Harbor task directory. Dataset mode: a folder of task directories.")
+    task_mode: TaskMode = Field(
+        default="template",
+        description="'template': every row runs a copy of tasks_dir with the row's prompt as instruction.md. 'dataset': metadata.harbor_task_id picks a task under tasks_dir.",
+    )
+    agent: str | None = Field(
+        default=None,
+        description="A native Harbor agent (terminus-2, mini-swe-agent, oracle) or an AgentWorkflow import path 'module:Class'.",
+    )
+    native_agent_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
+    model_name: str = Field(default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
+    grader: str | None = Field(default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
+    workflow_config: str | None = Field(default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
+    grader_config: str | None = Field(default=None, description="Import path 'module:attr' of the grader's config, re-imported in the sandbox.")
+    code_dir: Path | None = Field(default=None, description="The workflow's project (pyproject.toml plus one package); inferred from the workflow when omitted.")
+    bundle: Path | None = Field(default=None, description="A prebuilt bundle wheel to use instead of building code_dir.")
+    environment: TrialEnvironment = Field(default_factory=TrialEnvironment, description="The Harbor environment trials run in.")
+    trials_dir: str = Field(default_factory=default_trials_dir, description="Local folder for Harbor trial directories.")
+    cleanup_successful_trials: bool = Field(default=True, description="Delete a successful row's local trial directory after archiving.")
+    patch_dockerfile_with_sdk: bool | None = Field(
+        default=None, description="Preinstall the bundle's requirements once per task image (default: on whenever there is a bundle)."
+    )
+    agent_setup_timeout_sec: float | None = Field(default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
+    max_queue_depth: int | None = Field(default=None, description="Most rows admitted but not yet running (at least 1); unbounded when empty.")
+    n_concurrent: int = Field(default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
+    task_sources: TaskSourcePolicy = Field(default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_legacy_keywords(cls, data: Any) -> Any:
+        reject_legacy_keywords(data)
+        return data
+
+    @field_validator("tasks_dir")
+    @classmethod
+    def _tasks_dir_exists(cls, value: Path) -> Path:
+        value = value.expanduser()
+        if not value.is_dir():
+            raise ConfigurationError(
+                f"tasks_dir: {value} is not a directory; point it at a Harbor task (template mode) or a folder of tasks (dataset mode)."
+            )
+        return value.resolve()
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_is_known(cls, value: str | None) -> str | None:
+        if value is not None and ":" not in value and value not in NATIVE_AGENTS:
+            raise ConfigurationError(f"agent: unknown native agent {value!r}; registered: {list(NATIVE_AGENTS)} (or give 'module:Class').")
+        return value
+
+    @field_validator("max_queue_depth")
+    @classmethod
+    def _queue_depth_is_enforceable(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ConfigurationError("max_queue_depth: must be >= 1, or empty for unbounded.")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HarborBackend:
+        if self.agent is None and self.bundle is None:
+            raise ConfigurationError("agent: set an agent (a native name or 'module:Class'), or a bundle= wheel that provides one.")
+        if self.native_agent_kwargs and not self.is_native:
+            raise ConfigurationError("native_agent_kwargs: configures native Harbor agents only; workflow agents take workflow_config.")
+        if self.patch_dockerfile_with_sdk and not self.has_bundle:
+            raise ConfigurationError("patch_dockerfile_with_sdk: needs a bundle (a workflow agent, a grader, or bundle=); unset it.")
+        self._check_tasks_dir()
+        return self
+
+    def _check_tasks_dir(self) -> None:
+        is_task = (self.tasks_dir / "task.toml").is_file()
+        if self.task_mode == "template":
+            if not is_task:
+                raise ConfigurationError(f"tasks_dir: {self.tasks_dir} has no task.toml; template mode needs one Harbor task directory.")
+            if self.grader is None and not (self.tasks_dir / "tests" / "test.sh").is_file():
+                raise ConfigurationError(
+                    f"tasks_dir: task {self.tasks_dir.name} has no reward source: add tests/test.sh to it, or configure a grader."
+                )
+            return
+        if is_task:
+            raise ConfigurationError(f"tasks_dir: {self.tasks_dir} is a single task; use task_mode 'template', or point tasks_dir at its parent folder.")
+        tasks = [child for child in self.tasks_dir.iterdir() if (child / "task.toml").is_file()]
+        if not tasks:
+            raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml).")
+        if self.grader is None and not any((task / "tests" / "test.sh").is_file() for task in tasks):
+            raise ConfigurationError(f"tasks_dir: no task under {self.tasks_dir} has tests/test.sh and no grader is configured: there is no reward source.")
+
+    @property
+    def is_native(self) -> bool:
+        return self.agent is not None and ":" not in self.agent
+
+    @property
+    def has_bundle(self) -> bool:
+        """Whether a workflow bundle exists: a workflow agent, a grader, or a prebuilt wheel."""
+        return self.bundle is not None or (self.agent is not None and not self.is_native) or self.grader is not None
+
+    def revalidated(self) -> HarborBackend:
+        """Check the configuration again against the filesystem as it is now."""
+        return type(self).model_validate(self.model_dump())

@@ -1,0 +1,142 @@
+"""Which task a row runs: tasks_dir, its dataset sub-directories, or ``metadata.harbor_task``.
+
+``metadata.harbor_task`` (wins over everything) names a local path, a Harbor registry
+package ``org/name[@ref]``, or a path inside a git repository (``metadata.git_url``
+pinned by ``metadata.git_commit_id``), parsed exactly as the Osmosis backend does.
+Rows are data, not code, so a dynamic source is honoured only as far as the backend's
+:class:`~prefect_harbor.config.TaskSourcePolicy` allows; remote sources are fetched with
+Harbor's own ``TaskClient``, once per reference per run, shared by concurrent rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harbor.models.task.id import GitTaskId, LocalTaskId, PackageTaskId
+from harbor.tasks.client import TaskClient
+
+from prefect_harbor.rows import DatasetRow
+
+if TYPE_CHECKING:
+    from prefect_harbor.blocks.backend import HarborBackend
+
+TaskRef = GitTaskId | LocalTaskId | PackageTaskId
+
+
+class RowRejected(Exception):
+    """A row that cannot become a trial; it is recorded as a failure with this reason."""
+
+    def __init__(self, message: str, category: str = "validation_error"):
+        super().__init__(message)
+        self.category = category
+
+
+@dataclass(frozen=True)
+class ResolvedTask:
+    """A task directory on local disk, ready to be copied for one row."""
+
+    name: str
+    path: Path
+    dynamic: bool = False
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def parse_task_ref(ref: str, metadata: dict) -> tuple[TaskRef, tuple[str, ...]]:
+    """Parse ``metadata.harbor_task`` the Osmosis way; return the id and its warnings."""
+    if git_url := metadata.get("git_url"):
+        warnings = () if metadata.get("git_commit_id") else (
+            f"git task {ref!r} is unpinned; set metadata['git_commit_id'] to an immutable commit sha",
+        )  # fmt: skip
+        return GitTaskId(git_url=git_url, git_commit_id=metadata.get("git_commit_id"), path=Path(ref)), warnings
+    if ref.startswith((".", "/", "~")):
+        return LocalTaskId(path=Path(ref).expanduser()), ()
+    name, _, version = ref.partition("@")
+    org, slash, task = name.partition("/")
+    if not slash or not org or not task:
+        raise RowRejected(
+            f"harbor_task {ref!r} must be a local path (./, /, ~), a package 'org/name[@ref]', "
+            "or a git checkout (set metadata['git_url'])"
+        )
+    warnings = () if (version or "latest") != "latest" else (
+        f"package task {ref!r} uses the mutable ref 'latest'; pin a sha256 digest",
+    )  # fmt: skip
+    return PackageTaskId(org=org, name=task, ref=version or "latest"), warnings
+
+
+class TaskResolver:
+    """Resolves rows to task directories for one sweep run."""
+
+    def __init__(self, backend: HarborBackend, cache_dir: Path, logger: logging.Logger | logging.LoggerAdapter | None = None):
+        self.backend = backend
+        self.cache_dir = cache_dir
+        self.logger = logger or logging.getLogger(__name__)
+        self._fetches: dict[str, asyncio.Task[Path]] = {}
+        self._client = TaskClient()
+
+    async def resolve(self, row: DatasetRow) -> ResolvedTask:
+        ref = row.metadata.get("harbor_task")
+        if ref:
+            return await self._resolve_dynamic(str(ref), row.metadata)
+        if self.backend.task_mode == "template":
+            return ResolvedTask(name=self.backend.tasks_dir.name, path=self.backend.tasks_dir)
+        task_id = row.task_id
+        if not task_id:
+            raise RowRejected("dataset mode needs metadata.harbor_task_id (a task directory under tasks_dir) or metadata.harbor_task")
+        root = self.backend.tasks_dir
+        path = (root / task_id).resolve()
+        if not path.is_relative_to(root) or path == root or not path.is_dir():
+            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {root})")
+        return ResolvedTask(name=task_id, path=path)
+
+    async def _resolve_dynamic(self, ref: str, metadata: dict) -> ResolvedTask:
+        task_ref, warnings = parse_task_ref(ref, metadata)
+        for warning in warnings:
+            self.logger.warning(warning)
+        policy = self.backend.task_sources
+        match task_ref:
+            case LocalTaskId(path=path):
+                path = path.resolve()
+                roots = [self.backend.tasks_dir, *(Path(r).expanduser().resolve() for r in policy.allowed_local_roots)]
+                if not any(path.is_relative_to(root) for root in roots):
+                    raise RowRejected(
+                        f"metadata.harbor_task: local path {path} is refused by the task source policy "
+                        "(only tasks under tasks_dir or task_sources.allowed_local_roots may be named)"
+                    )
+                if not (path / "task.toml").is_file():
+                    raise RowRejected(f"metadata.harbor_task: {path} is not a Harbor task directory (no task.toml)")
+                return ResolvedTask(name=path.name, path=path, dynamic=True, warnings=warnings)
+            case GitTaskId(git_url=url):
+                if not any(url.startswith(prefix) for prefix in policy.allowed_git_url_prefixes):
+                    raise RowRejected(
+                        f"metadata.git_url: {url} is refused by the task source policy "
+                        "(add a matching prefix to task_sources.allowed_git_url_prefixes to allow it)"
+                    )
+            case PackageTaskId(org=org):
+                if org not in policy.allowed_registry_orgs:
+                    raise RowRejected(
+                        f"metadata.harbor_task: registry org {org!r} is refused by the task source policy "
+                        "(add it to task_sources.allowed_registry_orgs to allow it)"
+                    )
+        path = await self._fetch(task_ref)
+        return ResolvedTask(name=task_ref.get_name(), path=path, dynamic=True, warnings=warnings)
+
+    async def _fetch(self, task_ref: TaskRef) -> Path:
+        """Download through Harbor's TaskClient, once per reference; concurrent rows share it."""
+        key = task_ref.model_dump_json()
+        if key not in self._fetches:
+            self._fetches[key] = asyncio.ensure_future(self._download(task_ref))
+        try:
+            return await asyncio.shield(self._fetches[key])
+        except RowRejected:
+            raise
+        except Exception as error:
+            raise RowRejected(f"could not fetch task {task_ref.get_name()!r}: {type(error).__name__}: {error}") from error
+
+    async def _download(self, task_ref: TaskRef) -> Path:
+        self.logger.info(f"Fetching task {task_ref.get_name()} ({type(task_ref).__name__})")
+        result = await self._client.download_tasks([task_ref], output_dir=self.cache_dir)
+        return result.paths[0]

@@ -1,0 +1,128 @@
+"""The blocks: Prefect's standard block checks, and every configuration rule by name."""
+
+import pytest
+from prefect.testing.standard_test_suites import BlockStandardTestSuite
+from pydantic import ValidationError
+
+from prefect_harbor.blocks import HarborBackend, ModelEndpoint, ResultsStorage
+from prefect_harbor.config import LEGACY_KEYWORDS, TrialEnvironment
+from prefect_harbor.sandbox import IMPORT_PATH
+
+from paths import EXAMPLE_TASKS
+
+TEMPLATE = EXAMPLE_TASKS / "reward-txt"
+
+
+class _OfflineStandardSuite(BlockStandardTestSuite):
+    def test_has_a_documentation_url(self, block):
+        pytest.skip("no public documentation site yet; the README documents the blocks")
+
+    def test_has_a_valid_image(self, block):
+        pytest.skip("the logo check downloads an image; this machine is offline")
+
+
+class TestHarborBackendStandard(_OfflineStandardSuite):
+    @pytest.fixture
+    def block(self):
+        return HarborBackend
+
+
+class TestModelEndpointStandard(_OfflineStandardSuite):
+    @pytest.fixture
+    def block(self):
+        return ModelEndpoint
+
+
+class TestResultsStorageStandard(_OfflineStandardSuite):
+    @pytest.fixture
+    def block(self):
+        return ResultsStorage
+
+
+def error_text(**kwargs) -> str:
+    with pytest.raises(ValidationError) as caught:
+        HarborBackend(**kwargs)
+    return str(caught.value)
+
+
+def test_defaults_follow_osmosis_and_run_in_the_local_sandbox():
+    backend = HarborBackend(tasks_dir=TEMPLATE, agent="oracle")
+    assert (backend.task_mode, backend.model_name, backend.n_concurrent) == ("template", "openai/osmosis-rollout", 4)
+    assert backend.cleanup_successful_trials is True and backend.max_queue_depth is None
+    assert backend.environment.import_path == IMPORT_PATH
+
+
+def test_missing_tasks_dir(tmp_path):
+    assert "tasks_dir:" in error_text(tasks_dir=tmp_path / "nope", agent="oracle")
+
+
+def test_template_mode_needs_a_task_and_dataset_mode_a_root():
+    assert "template mode needs one Harbor task" in error_text(tasks_dir=EXAMPLE_TASKS, agent="oracle")
+    assert "use task_mode 'template'" in error_text(tasks_dir=TEMPLATE, task_mode="dataset", agent="oracle")
+
+
+def test_a_root_without_tasks_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "holds no task directories" in error_text(tasks_dir=tmp_path, task_mode="dataset", agent="oracle")
+
+
+def test_unknown_native_agent_lists_the_registered_ones():
+    text = error_text(tasks_dir=TEMPLATE, agent="orakel")
+    assert "unknown native agent 'orakel'" in text and "terminus-2" in text and "mini-swe-agent" in text
+
+
+def test_native_agent_kwargs_need_a_native_agent():
+    assert "native_agent_kwargs" in error_text(tasks_dir=TEMPLATE, agent="pkg.mod:Workflow", native_agent_kwargs={"x": 1})
+
+
+def test_patch_dockerfile_with_sdk_needs_a_bundle():
+    assert "patch_dockerfile_with_sdk: needs a bundle" in error_text(tasks_dir=TEMPLATE, agent="oracle", patch_dockerfile_with_sdk=True)
+    HarborBackend(tasks_dir=TEMPLATE, agent="pkg.mod:Workflow", patch_dockerfile_with_sdk=True)
+
+
+@pytest.mark.parametrize("depth", [0, -3])
+def test_max_queue_depth_below_one_is_refused(depth):
+    assert "max_queue_depth: must be >= 1" in error_text(tasks_dir=TEMPLATE, agent="oracle", max_queue_depth=depth)
+
+
+def test_neither_agent_nor_bundle():
+    assert "agent: set an agent" in error_text(tasks_dir=TEMPLATE)
+
+
+def test_a_template_without_tests_and_without_a_grader_has_no_reward_source(tmp_path):
+    (tmp_path / "task.toml").write_text("")
+    assert "has no reward source" in error_text(tasks_dir=tmp_path, agent="oracle")
+    HarborBackend(tasks_dir=tmp_path, agent="oracle", grader="pkg.grading:MyGrader")
+
+
+def test_a_dataset_root_without_any_reward_source(tmp_path):
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / "task.toml").write_text("")
+    assert "there is no reward source" in error_text(tasks_dir=tmp_path, task_mode="dataset", agent="oracle")
+
+
+@pytest.mark.parametrize("keyword", sorted(LEGACY_KEYWORDS))
+def test_v02_keywords_are_rejected_with_their_replacement(keyword):
+    text = error_text(tasks_dir=TEMPLATE, agent="oracle", **{keyword: "x"})
+    assert f"{keyword}: a pre-v0.3 HarborBackend keyword" in text
+    assert LEGACY_KEYWORDS[keyword] in text
+
+
+def test_choosing_an_environment_type_replaces_the_sandbox():
+    assert TrialEnvironment(type="docker").import_path is None
+    with pytest.raises(ValidationError, match="exactly one"):
+        TrialEnvironment(import_path=None)
+
+
+def test_model_endpoint_refuses_an_empty_endpoint_and_masks_the_key():
+    with pytest.raises(ValidationError, match="empty endpoint"):
+        ModelEndpoint(base_url=" ")
+    endpoint = ModelEndpoint(base_url="http://127.0.0.1:9/v1/", api_key="sk-test-123")
+    assert endpoint.base_url == "http://127.0.0.1:9/v1"
+    assert "sk-test-123" not in repr(endpoint) and "sk-test-123" not in endpoint.model_dump_json()
+
+
+def test_results_storage_builds_fsspec_options_with_revealed_secrets_only_on_request():
+    storage = ResultsStorage(url="s3://b/p", endpoint_url="http://127.0.0.1:9000", access_key_id="AK", secret_access_key="SK")
+    assert storage.storage_options() == {"key": "AK", "secret": "SK", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
+    assert "SK" not in storage.model_dump_json()
