@@ -10,9 +10,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_table_artifact
 from prefect.context import get_run_context
+from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.config import ConfigurationError
+from prefect_harbor.config import ConfigurationError, describe
 from prefect_harbor.results import ResultsWriter, RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
 from prefect_harbor.sources import TaskResolver
@@ -41,7 +42,9 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
         except ValueError as error:
             raise ConfigurationError(f"backend_block: {error}") from error
         except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
-            raise ConfigurationError(f"backend_block {backend_block!r} is no longer valid: {error.__cause__ or error}") from error
+            cause = error.__cause__
+            reason = describe(cause) if isinstance(cause, ValidationError) else str(cause or error)
+            raise ConfigurationError(f"backend_block {backend_block!r} is no longer valid: {reason}") from error
     assert backend is not None
     return backend.revalidated()
 

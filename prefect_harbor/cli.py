@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from prefect_harbor.config import ConfigurationError, TaskMode
+from prefect_harbor.config import ConfigurationError, TaskMode, describe
 from prefect_harbor.results import SweepSummary
 from prefect_harbor.rows import DatasetError, DatasetRow, iter_rows, scan_dataset
 
@@ -44,11 +44,6 @@ def main() -> None:
 def fail(message: str) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
-
-
-def config_error_line(error: ValidationError) -> str:
-    """One line per problem, without pydantic's boilerplate."""
-    return "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
 
 
 def _prefect_defaults() -> None:
@@ -74,7 +69,7 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
     try:
         return HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader)
     except ValidationError as error:
-        raise fail(config_error_line(error)) from None
+        raise fail(describe(error)) from None
 
 
 @app.command()

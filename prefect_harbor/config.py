@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
 
@@ -33,6 +33,11 @@ LEGACY_KEYWORDS = {
 
 class ConfigurationError(ValueError):
     """The sweep cannot start; the message names the field and what to do."""
+
+
+def describe(error: ValidationError) -> str:
+    """A validation error as one line per problem, without pydantic's boilerplate."""
+    return "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
 
 
 def reject_legacy_keywords(data: Any) -> None:

@@ -34,12 +34,32 @@ def test_configuration_errors_exit_non_zero_with_one_line(args, reason, tmp_path
     assert not (tmp_path / "r").exists(), "nothing may start before the configuration is valid"
 
 
+def test_check_lists_tasks_with_their_reward_source_and_finds_v02_apis(tmp_path):
+    (tmp_path / "rollout.py").write_text("backend = HarborBackendV2(task_dir='t')\n")
+    result = run_cli("check", "--tasks-dir", str(EXAMPLE_TASKS), "--dataset", str(EXAMPLE_DATASET), "--code-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "configuration OK" in result.stdout
+    for task in EXPECTED_ORACLE_REWARDS:
+        assert task in result.stdout
+    assert "tests/test.sh" in result.stdout
+    assert f"{tmp_path / 'rollout.py'}:1:" in result.stdout
+    assert "2 use(s) of removed v0.2 APIs" in result.stdout
+
+
+def test_check_passes_a_clean_configuration():
+    result = run_cli("check", "--tasks-dir", str(EXAMPLE_TASKS / "reward-txt"), "--mode", "template")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reward-txt" in result.stdout and "tests/test.sh" in result.stdout
+
+
 @pytest.mark.integration
-def test_sweep_json_reports_a_readable_results_uri(tmp_path):
+def test_sweep_json_reports_a_readable_results_uri(tmp_path, prefect_server):
+    from prefect.settings import get_current_settings
+
     result = run_cli(
         "sweep", "--tasks-dir", str(EXAMPLE_TASKS), "--dataset", str(EXAMPLE_DATASET),
         "--results", str(tmp_path / "results"), "--concurrency", "2", "--json",
-        env={"TMPDIR": str(tmp_path)},
+        env={"TMPDIR": str(tmp_path), "PREFECT_API_URL": str(get_current_settings().api.url)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
