@@ -11,12 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect.blocks.core import Block
+import fsspec
+from prefect.filesystems import WritableFileSystem
+from prefect.utilities.asyncutils import run_sync_in_worker_thread
+from prefect._internal.compatibility.async_dispatch import async_dispatch
 from pydantic import Field, SecretStr
 
+#: Prefect's own task results go under this folder of the results root.
+PREFECT_RESULTS_FOLDER = "prefect-results"
 
-class ResultsStorage(Block):
-    """Where sweep results and per-row archives are written (a local path or an fsspec URL)."""
+
+class ResultsStorage(WritableFileSystem):
+    """Where sweep results and per-row archives are written (a local path or an fsspec URL).
+
+    Also a Prefect result storage: saved, it can be given to tasks as ``result_storage``,
+    and their results land under ``<url>/prefect-results/``.
+    """
 
     _block_type_name = "Results Storage"
     _description = "A results root for evaluation sweeps: a local path or an fsspec URL (s3://...), with credentials kept secret."
@@ -43,3 +53,35 @@ class ResultsStorage(Block):
         if client_kwargs:
             options["client_kwargs"] = client_kwargs
         return options
+
+    def filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The fsspec filesystem and the root path inside it."""
+        return fsspec.core.url_to_fs(self.url, **self.storage_options())
+
+    def _prefect_path(self, path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        fs, root = self.filesystem()
+        return fs, f"{root.rstrip('/')}/{PREFECT_RESULTS_FOLDER}/{path.lstrip('/')}"
+
+    async def aread_path(self, path: str) -> bytes:
+        return await run_sync_in_worker_thread(self._read, path)
+
+    @async_dispatch(aread_path)
+    def read_path(self, path: str) -> bytes:
+        return self._read(path)
+
+    async def awrite_path(self, path: str, content: bytes) -> str:
+        return await run_sync_in_worker_thread(self._write, path, content)
+
+    @async_dispatch(awrite_path)
+    def write_path(self, path: str, content: bytes) -> str:
+        return self._write(path, content)
+
+    def _read(self, path: str) -> bytes:
+        fs, full = self._prefect_path(path)
+        return fs.cat_file(full)
+
+    def _write(self, path: str, content: bytes) -> str:
+        fs, full = self._prefect_path(path)
+        fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(full, content)
+        return full

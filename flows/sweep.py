@@ -8,28 +8,43 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_table_artifact
 from prefect.context import get_run_context
 from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import ConfigurationError, describe
-from prefect_harbor.results import ResultsWriter, RowResult, SweepSummary
+from prefect_harbor.flows.reporting import Progress, publish
+from prefect_harbor.results import RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
 from prefect_harbor.sources import TaskResolver
-from prefect_harbor.tasks import inspect_dataset, run_trial
+from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values
+from prefect_harbor.tasks import archive_trial, inspect_dataset, run_trial
 from prefect_harbor.trials import RunContext
-
-SUMMARY_ARTIFACT_KEY = "evaluation-sweep-summary"
 
 
 def new_run_id() -> str:
     """Sortable and unique: ``20261129T181500Z-1a2b3c4d`` (the flow run's id when there is one)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{current_flow_run_id()[:8]}"
+
+
+def current_flow_run_id() -> str:
     try:
-        suffix = str(get_run_context().flow_run.id)[:8]
+        return str(get_run_context().flow_run.id)
     except Exception:  # called outside a flow run
-        suffix = uuid.uuid4().hex[:8]
-    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{suffix}"
+        return uuid.uuid4().hex
+
+
+async def load_block[B: (HarborBackend, ResultsStorage)](block_type: type[B], name: str, field: str) -> B:
+    """Load a saved block by name; a missing or no-longer-valid one is a configuration error."""
+    try:
+        return await block_type.aload(name)
+    except ValueError as error:
+        raise ConfigurationError(f"{field}: {error}") from error
+    except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
+        cause = error.__cause__
+        reason = describe(cause) if isinstance(cause, ValidationError) else str(cause or error)
+        raise ConfigurationError(f"{field} {name!r} is no longer valid: {reason}") from error
 
 
 async def resolve_backend(backend: HarborBackend | None, backend_block: str | None) -> HarborBackend:
@@ -37,14 +52,7 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
     if (backend is None) == (backend_block is None):
         raise ConfigurationError("give exactly one of `backend` (inline) or `backend_block` (a saved Harbor Backend block's name).")
     if backend_block is not None:
-        try:
-            return await HarborBackend.aload(backend_block)
-        except ValueError as error:
-            raise ConfigurationError(f"backend_block: {error}") from error
-        except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
-            cause = error.__cause__
-            reason = describe(cause) if isinstance(cause, ValidationError) else str(cause or error)
-            raise ConfigurationError(f"backend_block {backend_block!r} is no longer valid: {reason}") from error
+        return await load_block(HarborBackend, backend_block, "backend_block")
     assert backend is not None
     return backend.revalidated()
 
@@ -55,6 +63,7 @@ async def evaluation_sweep(
     backend: HarborBackend | None = None,
     backend_block: str | None = None,
     results: str = "results",
+    storage_block: str | None = None,
     concurrency: int | None = None,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
@@ -63,7 +72,8 @@ async def evaluation_sweep(
         dataset: JSONL or Parquet rows, a path or an fsspec URL.
         backend: The backend configuration, inline (code users) or a saved block (UI).
         backend_block: The name of a saved Harbor Backend block, instead of ``backend``.
-        results: The results root, a local path or an fsspec URL.
+        results: The results root, a local path or an fsspec URL (when no storage block).
+        storage_block: The name of a saved Results Storage block, instead of ``results``.
         concurrency: Overrides the backend's ``n_concurrent`` for this run.
 
     Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
@@ -74,22 +84,43 @@ async def evaluation_sweep(
     config = await resolve_backend(backend, backend_block)
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
-    info = await asyncio.to_thread(inspect_dataset, dataset)
+    storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
+    secrets = secret_values(config.native_agent_kwargs)
     run_id = new_run_id()
-    writer = await asyncio.to_thread(ResultsWriter, results, run_id)
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id)
+    store = RunStore(
+        storage.url if storage else results, run_id, fallback_dir=run.trials_dir / "_unsent",
+        storage_options=storage.storage_options() if storage else None, logger=logger,
+    )  # fmt: skip
+    await asyncio.to_thread(store.check_writable)
+    info = await asyncio.to_thread(inspect_dataset, dataset)
+    manifest = RunManifest(
+        run_id=run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
+        dataset=info.model_dump(), configuration=redact(config.model_dump(mode="json"), secrets), versions=package_versions(),
+    )  # fmt: skip
+    await asyncio.to_thread(store.write_manifest, manifest)
+    trial_task = run_trial
+    if storage is not None and storage._block_document_id is not None:
+        # Prefect's own task results persist to the same storage (a saved block is required).
+        # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
+        trial_task = run_trial.with_options(
+            cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json",
+            result_storage_key=f"{run_id}/row-{{parameters[index]}}.json",
+        )  # fmt: skip
     resolver = TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger)
+    progress = Progress(info.rows)
+    await progress.start()
     logger.info(
-        f"Sweep {run_id}: {info.rows} rows from {dataset} ({info.problems} unusable), "
-        f"{config.task_mode} mode, agent {config.agent}, {config.n_concurrent} at a time"
+        f"Sweep {run_id}: {info.rows} rows from {dataset} ({info.problems} unusable), {config.task_mode} mode, "
+        f"agent {config.agent}, {config.n_concurrent} at a time; results under {store.uri()}"
     )
 
-    results_so_far: list[RowResult] = []
+    finished: list[RowResult] = []
     slots = asyncio.Semaphore(config.n_concurrent)
 
     async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
         try:
-            result = await run_trial(row, index, config, resolver, run)
+            result = await trial_task(row, index, config, resolver, run)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug must cost one row, never the sweep
@@ -100,28 +131,33 @@ async def evaluation_sweep(
             )  # fmt: skip
         finally:
             slots.release()
-        await asyncio.to_thread(writer.write_row, result)
-        results_so_far.append(result)
+        result = await archive_trial(result, config, store, run, secrets)
+        await asyncio.to_thread(store.write_row, result)
+        finished.append(result)
+        await progress.advance()
         reward = "-" if result.reward is None else f"{result.reward:g}"
         logger.info(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
 
-    async with asyncio.TaskGroup() as group:
-        for index, row in enumerate(iter_rows(dataset)):
-            await slots.acquire()
-            group.create_task(one_row(index, row))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for index, row in enumerate(iter_rows(dataset)):
+                await slots.acquire()
+                group.create_task(one_row(index, row))
+    except BaseException as error:
+        manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
+        manifest.finished_at, manifest.rows_written = now(), len(finished)
+        await asyncio.shield(asyncio.to_thread(store.write_manifest, manifest))
+        raise
 
-    results_uri = await asyncio.to_thread(writer.finalize, results_so_far)
-    summary = SweepSummary.of(run_id, results_uri, results_so_far)
-    await acreate_table_artifact(
-        key=SUMMARY_ARTIFACT_KEY,
-        table=[
-            {"task": task, "rows": score.rows, "mean_reward": score.mean_reward}
-            for task, score in summary.per_task.items()
-        ],
-        description=(
-            f"Sweep {run_id}: {summary.rows} rows, {summary.success} success, {summary.failure} failure, "
-            f"{summary.cancelled} cancelled; mean reward {summary.mean_reward}. Results: {results_uri}"
-        ),
+    results_uri = await asyncio.to_thread(store.finalize, finished)
+    summary = SweepSummary.of(
+        run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent
     )
+    manifest.state, manifest.finished_at = "Completed", now()
+    manifest.results_uri, manifest.rows_written = results_uri, len(finished)
+    await asyncio.to_thread(store.write_manifest, manifest)
+    await publish(summary, finished)
+    if store.unsent:
+        logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")
     logger.info(f"Results: {results_uri}")
     return summary

@@ -81,6 +81,7 @@ def sweep(
     grader: Grader = None,
     backend_block: BackendBlock = None,
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
+    storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
@@ -100,7 +101,12 @@ def sweep(
         logging.getLogger("harbor.utils.logger").propagate = False
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
-    summary = asyncio.run(evaluation_sweep(dataset=dataset, backend=backend, results=results, concurrency=concurrency))
+    try:
+        summary = asyncio.run(
+            evaluation_sweep(dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency)
+        )
+    except ConfigurationError as error:  # found once the flow could check it: storage, blocks
+        raise fail(str(error)) from None
     if as_json:
         typer.echo(summary.model_dump_json())
     else:

@@ -1,13 +1,6 @@
-"""The results table: one row per dataset row, written as Parquet under an fsspec URL.
+"""The results table: one row per dataset row, with a stable Parquet schema.
 
-Layout under the results root::
-
-    <root>/<run_id>/parts/part-000042.parquet   one file per finished row, written at once
-    <root>/<run_id>/results.parquet             all rows, written when the sweep ends
-
-While a sweep runs (or after it crashed) ``pyarrow.parquet.read_table(<run>/parts)``
-reads every finished row; when it ends, the parts are compacted into
-``results.parquet`` and removed.
+Where the table is written (incrementally, then compacted) is ``storage.RunStore``'s job.
 """
 
 from __future__ import annotations
@@ -17,9 +10,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal
 
-import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 RowStatus = Literal["success", "failure", "cancelled"]
@@ -50,8 +41,10 @@ class RowResult(BaseModel):
     cached_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    final_messages: str | None = Field(default=None, description="The sample's final messages as JSON, when there is a sample.")
     trial_name: str | None = None
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
+    artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -80,8 +73,10 @@ RESULTS_SCHEMA = pa.schema(
         ("cached_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("cost_usd", pa.float64()),
+        ("final_messages", pa.string()),
         ("trial_name", pa.string()),
         ("trial_dir", pa.string()),
+        ("artifact_uri", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
     ]
@@ -96,33 +91,6 @@ def to_table(results: list[RowResult]) -> pa.Table:
         record["rewards"] = list(record["rewards"].items())
         records.append(record)
     return pa.Table.from_pylist(records, schema=RESULTS_SCHEMA)
-
-
-class ResultsWriter:
-    """Writes one sweep run's results under ``<root>/<run_id>/``."""
-
-    def __init__(self, root: str, run_id: str, storage_options: dict[str, Any] | None = None):
-        self.fs, root_path = fsspec.core.url_to_fs(root, **(storage_options or {}))
-        self.run_path = f"{root_path.rstrip('/')}/{run_id}"
-        self.parts_path = f"{self.run_path}/parts"
-        self.results_path = f"{self.run_path}/results.parquet"
-        self.fs.makedirs(self.parts_path, exist_ok=True)
-
-    def uri(self, path: str) -> str:
-        return self.fs.unstrip_protocol(path)
-
-    def write_row(self, result: RowResult) -> str:
-        """Persist one finished row at once, so a crash later loses nothing."""
-        path = f"{self.parts_path}/part-{result.row_index:06d}.parquet"
-        pq.write_table(to_table([result]), path, filesystem=self.fs)
-        return self.uri(path)
-
-    def finalize(self, results: list[RowResult]) -> str:
-        """Write every row into ``results.parquet``, then drop the parts it replaces."""
-        ordered = sorted(results, key=lambda result: result.row_index)
-        pq.write_table(to_table(ordered), self.results_path, filesystem=self.fs)
-        self.fs.rm(self.parts_path, recursive=True)
-        return self.uri(self.results_path)
 
 
 class TaskScore(BaseModel):
@@ -141,9 +109,11 @@ class SweepSummary(BaseModel):
     cancelled: int
     mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
     per_task: dict[str, TaskScore]
+    local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
+    unsent_files: list[str] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, run_id: str, results_uri: str, results: list[RowResult]) -> SweepSummary:
+    def of(cls, run_id: str, results_uri: str, results: list[RowResult], **extra: Any) -> SweepSummary:
         by_task: dict[str, list[RowResult]] = defaultdict(list)
         for result in results:
             by_task[result.task or "(none)"].append(result)
@@ -156,6 +126,7 @@ class SweepSummary(BaseModel):
             cancelled=sum(r.status == "cancelled" for r in results),
             mean_reward=_mean(results),
             per_task={task: TaskScore(rows=len(rows), mean_reward=_mean(rows)) for task, rows in sorted(by_task.items())},
+            **extra,
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,6 +59,11 @@ class RowProblem(BaseModel):
 
 class DatasetError(ValueError):
     """The dataset as a whole cannot be used (unreadable, unknown format, duplicate ids)."""
+
+
+def path_safe(text: str, limit: int = 80) -> str:
+    """``text`` reduced to characters that are safe in file and object names."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:limit] or "row"
 
 
 def derived_row_id(raw: Any) -> str:

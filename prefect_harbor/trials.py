@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from harbor.trial.trial import Trial
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.results import ErrorCategory, RowResult
-from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
 
 _TIMEOUT_EXCEPTIONS = frozenset(
@@ -44,8 +43,7 @@ class RunContext:
 
 
 def trial_name_for(row_id: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", row_id).strip("._")[:80] or "row"
-    return f"{safe}__{uuid.uuid4().hex[:7]}"
+    return f"{path_safe(row_id)}__{uuid.uuid4().hex[:7]}"
 
 
 def prepare_task(row: DatasetRow, backend: HarborBackend, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter) -> Path:
@@ -117,12 +115,16 @@ async def run_row(
         return _failed(base, "validation_error", f"{type(error).__name__}: {error}", started, type(error).__name__)
     result = await trial.run()
     row_result = outcome(base, result)
-    trial_dir = run.trials_dir / trial_name
-    if row_result.status == "success" and backend.cleanup_successful_trials:
-        await asyncio.to_thread(_remove, trial_dir, run.tasks_copy_dir / trial_name)
-    else:
-        row_result.trial_dir = str(trial_dir)
+    row_result.trial_dir = str(run.trials_dir / trial_name)
     return row_result
+
+
+def release_trial(result: RowResult, backend: HarborBackend, run: RunContext) -> RowResult:
+    """After archiving: delete a successful row's local trial (and task copy) if configured."""
+    if result.trial_name is None or result.status != "success" or not backend.cleanup_successful_trials:
+        return result
+    _remove(run.trials_dir / result.trial_name, run.tasks_copy_dir / result.trial_name)
+    return result.model_copy(update={"trial_dir": None})
 
 
 def _failed(base: RowResult, category: ErrorCategory, message: str, started: datetime, exception_type: str | None = None) -> RowResult:

@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 
-from prefect_harbor.results import RESULTS_SCHEMA, ResultsWriter, RowResult, SweepSummary
+from prefect_harbor.results import RESULTS_SCHEMA, RowResult, SweepSummary
+from prefect_harbor.storage import RunStore
 
 
 def row(index, task="t", status="success", reward=1.0, **fields):
@@ -12,7 +13,7 @@ def row(index, task="t", status="success", reward=1.0, **fields):
 
 
 def test_each_finished_row_is_readable_before_the_sweep_ends(tmp_path):
-    writer = ResultsWriter(str(tmp_path), "run1")
+    writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
     writer.write_row(row(0, rewards={"reward": 1.0, "style": 0.5}))
     writer.write_row(row(1, status="failure", reward=None, err_category="agent_error", err_message="boom"))
     table = pq.read_table(str(tmp_path / "run1" / "parts"))
@@ -21,7 +22,7 @@ def test_each_finished_row_is_readable_before_the_sweep_ends(tmp_path):
 
 
 def test_finalize_compacts_in_row_order_and_drops_the_parts(tmp_path):
-    writer = ResultsWriter(str(tmp_path), "run1")
+    writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
     rows = [row(2), row(0, reward=0.0), row(1, started_at=datetime(2026, 1, 1, tzinfo=UTC))]
     for result in rows:
         writer.write_row(result)
@@ -34,7 +35,7 @@ def test_finalize_compacts_in_row_order_and_drops_the_parts(tmp_path):
 
 
 def test_rewards_map_round_trips(tmp_path):
-    writer = ResultsWriter(str(tmp_path), "run1")
+    writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
     uri = writer.finalize([row(0, rewards={"reward": 1.0, "format": 0.0})])
     assert pq.read_table(uri).column("rewards").to_pylist() == [[("reward", 1.0), ("format", 0.0)]]
 

@@ -10,7 +10,7 @@ from prefect.client.orchestration import get_client
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-from prefect_harbor.flows.sweep import SUMMARY_ARTIFACT_KEY
+from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 

@@ -1,0 +1,92 @@
+"""What a sweep shows in the Prefect UI: stable-key artifacts on the flow run."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from uuid import UUID
+
+from prefect.artifacts import (
+    acreate_link_artifact,
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
+
+from prefect_harbor.results import RowResult, SweepSummary
+
+SUMMARY_KEY = "evaluation-sweep-summary"
+REPORT_KEY = "evaluation-sweep-report"
+RESULTS_LINK_KEY = "evaluation-sweep-results"
+PROGRESS_KEY = "evaluation-sweep-progress"
+
+
+class Progress:
+    """A progress artifact updated as rows finish (at most every 1 %, not per row)."""
+
+    def __init__(self, total: int):
+        self.total = max(total, 1)
+        self.done = 0
+        self.shown = -1.0
+        self.artifact_id: UUID | None = None
+
+    async def start(self) -> None:
+        self.artifact_id = await acreate_progress_artifact(0.0, key=PROGRESS_KEY, description="Rows finished (%)")
+
+    async def advance(self) -> None:
+        self.done += 1
+        percent = round(100 * self.done / self.total, 1)
+        if self.artifact_id is not None and (percent - self.shown >= 1 or self.done == self.total):
+            self.shown = percent
+            await aupdate_progress_artifact(self.artifact_id, percent)
+
+
+def report_markdown(summary: SweepSummary, results: list[RowResult], slowest: int = 5) -> str:
+    """Failures grouped by category with their messages, then the slowest rows."""
+    lines = [
+        f"# Sweep {summary.run_id}",
+        "",
+        f"{summary.rows} rows: {summary.success} success, {summary.failure} failure, {summary.cancelled} cancelled; "
+        f"mean reward {_fmt(summary.mean_reward)}.",
+        "",
+        f"Results: `{summary.results_uri}`",
+    ]
+    if summary.local_fallback:
+        lines += ["", f"**Storage was unavailable**: {len(summary.unsent_files)} file(s) kept locally in `{summary.local_fallback}`."]
+    failures: dict[str, list[RowResult]] = defaultdict(list)
+    for result in results:
+        if result.status == "failure":
+            failures[result.err_category or "unknown"].append(result)
+    lines += ["", "## Failures", ""]
+    if not failures:
+        lines.append("None.")
+    for category, rows in sorted(failures.items()):
+        lines += [f"### {category} ({len(rows)})", "", "| row | task | phase | message |", "|---|---|---|---|"]
+        lines += [f"| {r.row_id} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
+        lines.append("")
+    timed = sorted((r for r in results if r.total_sec is not None), key=lambda r: r.total_sec or 0, reverse=True)[:slowest]
+    lines += ["## Slowest rows", "", "| row | task | total s | agent s | verifier s |", "|---|---|---|---|---|"]
+    lines += [f"| {r.row_id} | {r.task or '-'} | {_fmt(r.total_sec)} | {_fmt(r.agent_sec)} | {_fmt(r.verifier_sec)} |" for r in timed]
+    return "\n".join(lines) + "\n"
+
+
+async def publish(summary: SweepSummary, results: list[RowResult]) -> None:
+    await acreate_table_artifact(
+        key=SUMMARY_KEY,
+        table=[
+            {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
+             "cancelled": summary.cancelled, "mean_reward": summary.mean_reward},
+            *[{"task": task, "rows": score.rows, "mean_reward": score.mean_reward} for task, score in summary.per_task.items()],
+        ],  # fmt: skip
+        description=f"Sweep {summary.run_id}: rows per status and mean reward, overall and per task.",
+    )
+    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, results), description="Failures and slowest rows")
+    await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _cell(text: str | None) -> str:
+    return (text or "-").replace("|", "\\|").replace("\n", " ")[:300]

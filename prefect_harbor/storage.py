@@ -1,0 +1,234 @@
+"""One sweep run's folder in object storage, written so that nothing finished is lost.
+
+Layout under the results root (a local path or any fsspec URL)::
+
+    <root>/<run_id>/manifest.json              configuration (secrets redacted), versions,
+                                               dataset fingerprint, start/end, final state
+    <root>/<run_id>/parts/part-000042.parquet  one file per finished row, written at once
+    <root>/<run_id>/results.parquet            all rows, compacted when the run ends
+    <root>/<run_id>/archives/<row>/...         per-row logs, artifacts, diagnostics
+
+Every write is retried; if the storage stays down the file is kept under a local
+fallback folder instead, the run keeps going, and the manifest, the logs and the
+summary say exactly where those files are. At the end they are pushed once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, Field
+
+from prefect_harbor.config import ConfigurationError
+from prefect_harbor.results import RowResult, to_table
+
+T = TypeVar("T")
+VERSIONED_PACKAGES = ("prefect-harbor", "prefect", "harbor", "pyarrow", "fsspec", "s3fs", "pydantic")
+#: Seconds to wait before each retry of a failed write (so 4 attempts in about 3.5 s).
+RETRY_DELAYS = (0.5, 1.0, 2.0)
+
+
+class StorageUnavailable(OSError):
+    """The results storage refused a write even after retries."""
+
+
+class RunManifest(BaseModel):
+    run_id: str
+    flow_run_id: str | None = None
+    state: str = Field(description="Running, Completed, Cancelled, Failed or Crashed.")
+    started_at: datetime
+    finished_at: datetime | None = None
+    dataset: dict[str, Any]
+    configuration: dict[str, Any] = Field(description="The backend configuration, secrets redacted.")
+    versions: dict[str, str]
+    results_uri: str | None = None
+    rows_written: int = 0
+    local_fallback: str | None = Field(default=None, description="Where files the storage refused are kept.")
+    unsent_files: list[str] = Field(default_factory=list)
+
+
+def package_versions() -> dict[str, str]:
+    found = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+class RunStore:
+    """Reads and writes one run's folder; see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        root: str,
+        run_id: str,
+        fallback_dir: Path,
+        storage_options: dict[str, Any] | None = None,
+        logger: logging.Logger | logging.LoggerAdapter | None = None,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+    ):
+        self.fs, root_path = fsspec.core.url_to_fs(root, **_with_short_client_retries(root, storage_options or {}))
+        self.run_path = f"{root_path.rstrip('/')}/{run_id}"
+        self.run_id = run_id
+        self.fallback_dir = fallback_dir
+        if hasattr(self.fs, "retries"):
+            self.fs.retries = 2  # s3fs's own retry loop (default 5), on our private instance
+        self.logger = logger or logging.getLogger(__name__)
+        self.retry_delays = retry_delays
+        self.unsent: list[str] = []
+
+    def uri(self, relative: str = "") -> str:
+        return self.fs.unstrip_protocol(f"{self.run_path}/{relative}".rstrip("/"))
+
+    # ---------------------------------------------------------------- writes
+
+    def check_writable(self) -> None:
+        """Write, read back and delete a probe: wrong credentials fail here, before any trial."""
+        probe = f"{self.run_path}/.write-check"
+        try:
+            self.fs.makedirs(self.run_path, exist_ok=True)
+            self.fs.pipe_file(probe, b"ok")
+            if self.fs.cat_file(probe) != b"ok":
+                raise OSError("read back different bytes")
+            self.fs.rm_file(probe)
+        except Exception as error:  # s3fs raises PermissionError, OSError, ClientError...
+            raise ConfigurationError(
+                f"results storage {self.uri()} is not writable ({type(error).__name__}: {error}); "
+                "check the URL, the credentials and the endpoint (Results Storage block or --results)."
+            ) from error
+
+    def write_bytes(self, relative: str, content: bytes) -> str:
+        """Write ``content`` at ``<run>/<relative>``; on lasting failure keep it locally."""
+        path = f"{self.run_path}/{relative}"
+        try:
+            self._retry(lambda: self._put(path, content), f"write {relative}")
+            return self.fs.unstrip_protocol(path)
+        except StorageUnavailable as error:
+            local = self.fallback_dir / relative
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(content)
+            self.unsent.append(relative)
+            self.logger.error(f"Results storage unavailable ({error}); kept {relative} locally at {local}")
+            return str(local)
+
+    def _put(self, path: str, content: bytes) -> None:
+        try:
+            self.fs.pipe_file(path, content)  # object stores need no folders: one request
+        except FileNotFoundError:  # a local filesystem without the parent folder yet
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(path, content)
+
+    def _retry(self, operation: Callable[[], T], what: str) -> T:
+        for attempt, delay in enumerate((*self.retry_delays, None), start=1):
+            try:
+                return operation()
+            except FileNotFoundError:
+                raise
+            except Exception as error:
+                if delay is None:
+                    raise StorageUnavailable(f"{what} failed {attempt} times; last: {type(error).__name__}: {error}") from error
+                self.logger.warning(f"Storage {what} failed ({type(error).__name__}: {error}); retrying in {delay:g} s")
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def write_manifest(self, manifest: RunManifest) -> str:
+        manifest.local_fallback = str(self.fallback_dir) if self.unsent else None
+        manifest.unsent_files = list(self.unsent)
+        return self.write_bytes("manifest.json", manifest.model_dump_json(indent=2).encode())
+
+    def write_row(self, result: RowResult) -> str:
+        """Persist one finished row at once, so a crash later loses nothing."""
+        return self.write_bytes(f"parts/part-{result.row_index:06d}.parquet", _parquet_bytes([result]))
+
+    # ---------------------------------------------------------------- end of run
+
+    def push_unsent(self) -> None:
+        """Try once more to move locally kept files to the storage."""
+        still: list[str] = []
+        for relative in self.unsent:
+            local = self.fallback_dir / relative
+            try:
+                self._retry(lambda: self._put(f"{self.run_path}/{relative}", local.read_bytes()), f"push {relative}")
+            except StorageUnavailable:
+                still.append(relative)
+            else:
+                local.unlink()
+        self.unsent = still
+
+    def finalize(self, results: list[RowResult]) -> str:
+        """Write every row into ``results.parquet``, then drop the parts it replaces."""
+        self.push_unsent()
+        ordered = sorted(results, key=lambda result: result.row_index)
+        location = self.write_bytes("results.parquet", _parquet_bytes(ordered))
+        if "results.parquet" not in self.unsent:
+            try:
+                self._retry(lambda: self.fs.rm(f"{self.run_path}/parts", recursive=True), "remove parts")
+            except (StorageUnavailable, FileNotFoundError):
+                self.logger.warning(f"Could not remove {self.uri('parts')}; results.parquet holds every row")
+        return location
+
+
+def _with_short_client_retries(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """This class retries every write itself; keep the S3 client's own retries short, so a
+    storage outage costs seconds per write, not minutes (botocore x s3fs retries multiply)."""
+    if not url.startswith(("s3://", "s3a://")):
+        return options
+    config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2, "mode": "standard"}}
+    return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}, "skip_instance_cache": True}
+
+
+def _parquet_bytes(results: list[RowResult]) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(to_table(results), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def redact(value: Any, secrets: list[str]) -> Any:
+    """Replace credential-bearing dict leaves and secret substrings (the Osmosis rules)."""
+    if isinstance(value, dict):
+        return {key: "[REDACTED]" if is_sensitive_key(str(key)) else redact(child, secrets) for key, child in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(child, secrets) for child in value]
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret and secret in value:
+                value = value.replace(secret, "[REDACTED]")
+    return value
+
+
+def secret_values(value: Any) -> list[str]:
+    """Every string stored under a credential-bearing key, at any depth: what to scrub."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if is_sensitive_key(str(key)) and isinstance(child, str) and child:
+                found.append(child)
+            else:
+                found += secret_values(child)
+    elif isinstance(value, list | tuple):
+        for child in value:
+            found += secret_values(child)
+    return found
+
+
+SENSITIVE_KEYS = frozenset({"api_key", "apikey", "authorization", "credential", "credentials", "password", "secret", "token"})
+
+
+def is_sensitive_key(key: str) -> bool:
+    normalized = key.lower().replace("-", "_")
+    return normalized in SENSITIVE_KEYS or normalized.endswith(tuple(f"_{name}" for name in SENSITIVE_KEYS))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,176 @@
+"""Results and archives on real S3 servers: moto for most, SeaweedFS for auth and end to end."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+
+from prefect_harbor.blocks import HarborBackend, ResultsStorage
+from prefect_harbor.config import ConfigurationError
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.results import RowResult
+from prefect_harbor.storage import RunStore
+
+from conftest import SEAWEED_KEY, SEAWEED_SECRET
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+from tasks_factory import write_task
+
+pytestmark = pytest.mark.integration
+
+
+def row(index: int) -> RowResult:
+    return RowResult(row_index=index, row_id=f"r{index}", task="t", status="success", reward=1.0)
+
+
+def test_parts_on_s3_are_readable_mid_run_and_compacted_at_the_end(moto_bucket, tmp_path):
+    url, options = moto_bucket
+    store = RunStore(url, "run1", fallback_dir=tmp_path / "fallback", storage_options=options)
+    store.check_writable()
+    store.write_row(row(0))
+    store.write_row(row(1))
+    fs = s3fs.S3FileSystem(**options)
+    assert pq.read_table(f"{url.removeprefix('s3://')}/run1/parts", filesystem=fs).num_rows == 2
+    uri = store.finalize([row(1), row(0)])
+    assert uri == f"{url}/run1/results.parquet"
+    fs.invalidate_cache()  # this reader listed the parts above; the store removed them since
+    assert pq.read_table(uri.removeprefix("s3://"), filesystem=fs).column("row_id").to_pylist() == ["r0", "r1"]
+    assert not fs.exists(f"{url}/run1/parts")
+
+
+def test_a_storage_outage_keeps_rows_locally_and_says_where(moto_endpoint, tmp_path):
+    """The server goes away mid-run: writes are retried, then kept locally; nothing is dropped."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": f"http://{host}:{port}"}, "skip_instance_cache": True}
+    s3fs.S3FileSystem(**options).mkdir("outage")
+    store = RunStore("s3://outage", "run1", fallback_dir=tmp_path / "fallback", storage_options=options, retry_delays=(0.05, 0.1))
+    store.write_row(row(0))
+    server.stop()
+    store.write_row(row(1))
+    assert store.unsent == ["parts/part-000001.parquet"]
+    assert pq.read_table(tmp_path / "fallback" / "parts" / "part-000001.parquet").column("row_id").to_pylist() == ["r1"]
+    location = store.finalize([row(0), row(1)])
+    assert location == str(tmp_path / "fallback" / "results.parquet")  # the storage is still down
+    assert set(store.unsent) == {"parts/part-000001.parquet", "results.parquet"}
+    assert pq.read_table(location).num_rows == 2
+
+
+def test_wrong_credentials_are_a_configuration_error_before_any_trial(seaweedfs, tmp_path):
+    s3fs.S3FileSystem(key=SEAWEED_KEY, secret=SEAWEED_SECRET, client_kwargs={"endpoint_url": seaweedfs}, skip_instance_cache=True).mkdir("creds")
+    bad = {"key": SEAWEED_KEY, "secret": "not-the-secret", "client_kwargs": {"endpoint_url": seaweedfs}, "skip_instance_cache": True}
+    with pytest.raises(ConfigurationError, match="results storage s3://creds/run1 is not writable .*check the URL, the credentials"):
+        RunStore("s3://creds", "run1", fallback_dir=tmp_path, storage_options=bad).check_writable()
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_sweep_with_bad_storage_credentials_starts_no_trial(seaweedfs, tmp_path):
+    await ResultsStorage(url="s3://creds2", endpoint_url=seaweedfs, access_key_id=SEAWEED_KEY, secret_access_key="wrong").save("bad-creds", overwrite=True)
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    with pytest.raises(ConfigurationError, match="not writable"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=backend, storage_block="bad-creds")
+    assert not any((tmp_path / "trials").rglob("result.json")), "no trial may start"
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(seaweedfs, tmp_path):
+    fs = s3fs.S3FileSystem(key=SEAWEED_KEY, secret=SEAWEED_SECRET, client_kwargs={"endpoint_url": seaweedfs}, skip_instance_cache=True)
+    fs.mkdir("sweeps")
+    storage = ResultsStorage(url="s3://sweeps/evals", endpoint_url=seaweedfs, access_key_id=SEAWEED_KEY, secret_access_key=SEAWEED_SECRET)
+    await storage.save("seaweed", overwrite=True)
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    summary = await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=backend, storage_block="seaweed")
+    assert summary.results_uri.startswith("s3://sweeps/evals/") and summary.local_fallback is None
+
+    reader = (
+        "import json, sys, pyarrow.parquet as pq, s3fs\n"
+        f"fs = s3fs.S3FileSystem(key={SEAWEED_KEY!r}, secret={SEAWEED_SECRET!r}, client_kwargs={{'endpoint_url': {seaweedfs!r}}})\n"
+        "t = pq.read_table(sys.argv[1].removeprefix('s3://'), filesystem=fs)\n"
+        "print(json.dumps({r['task']: r['reward'] for r in t.to_pylist()}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", reader, summary.results_uri], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"multi-key-reward": 1.0, "reward-txt": 1.0, "broken-solution": 0.0, "background-process": 1.0, "no-network": 1.0}
+
+    run = summary.results_uri.removeprefix("s3://").rsplit("/", 1)[0]
+    manifest = json.loads(fs.cat_file(f"{run}/manifest.json"))
+    assert manifest["state"] == "Completed" and manifest["dataset"]["rows"] == 5
+    assert manifest["versions"]["harbor"].startswith("0.25")
+    assert fs.exists(f"{run}/archives/reward-txt-1/verifier/reward.txt")
+    assert json.loads(fs.cat_file(f"{run}/archives/broken-solution-1/diagnostics.json"))["status"] == "success"
+    # Prefect's own task results went to the same storage.
+    assert fs.find("sweeps/evals/prefect-results"), "task results were not persisted to the storage block"
+
+
+def test_killing_the_flow_process_keeps_every_finished_row(tmp_path):
+    tasks = tmp_path / "tasks"
+    for n in range(3):
+        write_task(tasks, f"quick{n}")
+    write_task(tasks, "slow", solve="sleep 600 # prefect-harbor-kill-test")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in ["slow", "quick0", "quick1", "quick2"]))
+    results = tmp_path / "results"
+    cli = str(Path(sys.executable).parent / "prefect-harbor")
+    process = subprocess.Popen(
+        [cli, "sweep", "--tasks-dir", str(tasks), "--dataset", str(dataset), "--results", str(results), "--concurrency", "4"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "cli.log", "wb"), env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while len(list(results.glob("*/parts/*.parquet"))) < 3:
+        assert process.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the quick rows did not finish"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    (parts,) = results.glob("*/parts")
+    table = pq.read_table(parts)
+    assert sorted(table.column("row_id").to_pylist()) == ["quick0", "quick1", "quick2"]
+    assert set(table.column("status").to_pylist()) == {"success"}
+    time.sleep(0.5)
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and b"prefect-harbor-kill-test" in _cmdline(p)]
+    assert leftovers == [], "the slow row's sandbox outlived its owner"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_no_archived_byte_holds_the_api_key(moto_bucket, tmp_path):
+    url, options = moto_bucket
+    key = "sk-prefect-harbor-test-5f2b8c"
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "leaky", solve=f"echo 'calling the model with {key}'; echo '{key}' > /logs/artifacts/note.txt")
+    write_task(tasks, "leaky-fails", solve=f"echo 'token={key}'", test=f"echo 'verifier saw {key}'")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": n, "metadata": {"harbor_task_id": n}}) + "\n" for n in ["leaky", "leaky-fails"]))
+    storage = ResultsStorage(url=f"{url}/evals", endpoint_url=options["client_kwargs"]["endpoint_url"], access_key_id="k", secret_access_key="s")
+    await storage.save("moto-key-scan", overwrite=True)
+    backend = HarborBackend(
+        tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), native_agent_kwargs={"api_key": key},
+    )  # fmt: skip
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, storage_block="moto-key-scan")
+    assert (summary.success, summary.failure) == (1, 1)
+
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    objects = fs.find(f"{url}/evals")
+    assert any(o.endswith("agent/oracle.txt") for o in objects) and any(o.endswith("config.json") for o in objects)
+    leaks = [o for o in objects if key.encode() in fs.cat_file(o)]
+    assert leaks == []
+    assert any(b"[REDACTED]" in fs.cat_file(o) for o in objects if o.endswith("oracle.txt"))
+    # The failed row's local trial directory is kept -- and scrubbed too.
+    (trial_dir,) = [p for p in Path(tmp_path / "trials").glob("*/leaky-fails__*")]
+    kept = [p for p in trial_dir.rglob("*") if p.is_file()]
+    assert kept and not [p for p in kept if key.encode() in p.read_bytes()]
