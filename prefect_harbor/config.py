@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
 
@@ -50,6 +50,8 @@ def reject_legacy_keywords(data: Any) -> None:
 class TrialEnvironment(BaseModel):
     """Where trials run: the local bubblewrap sandbox, or any Harbor environment."""
 
+    model_config = ConfigDict(title="Trial environment")
+
     type: str | None = Field(default=None, description="A Harbor environment type (docker, daytona, modal, e2b, ...).")
     import_path: str | None = Field(
         default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local bubblewrap sandbox by default."
@@ -71,6 +73,8 @@ class TaskSourcePolicy(BaseModel):
     Dataset rows are data, not code; a task brings an executable Dockerfile and verifier.
     By default only local paths under ``tasks_dir`` are allowed.
     """
+
+    model_config = ConfigDict(title="Task sources")
 
     allowed_local_roots: list[str] = Field(default_factory=list, description="Extra local folders whose tasks rows may name (tasks_dir is always allowed).")
     allowed_git_url_prefixes: list[str] = Field(default_factory=list, description="Git URLs rows may fetch tasks from, by prefix (e.g. 'https://github.com/acme/').")

@@ -8,12 +8,15 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# System tools the local sandbox and the example tasks need: bwrap, nsenter/setpriv, tmux.
+# System tools: bwrap, nsenter/setpriv (the local sandbox), tmux (the example tasks),
+# git (git task sources) and, for the test suite's UI checks, chromium.
 ensure_system_packages() {
     local missing=()
     command -v bwrap >/dev/null || missing+=(bubblewrap)
     command -v tmux >/dev/null || missing+=(tmux)
+    command -v git >/dev/null || missing+=(git)
     command -v nsenter >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
+    if [ "${1:-}" = test ]; then command -v chromium >/dev/null || missing+=(chromium); fi
     [ ${#missing[@]} -eq 0 ] && return
     if [ "$(id -u)" -ne 0 ]; then
         echo "error: missing system packages: ${missing[*]}; install them (e.g. sudo apt-get install ${missing[*]}) and re-run." >&2
@@ -38,7 +41,7 @@ find_python() {
 }
 
 setup() {
-    ensure_system_packages
+    ensure_system_packages "${1:-}"
     PYTHON=$(find_python)
     if command -v uv >/dev/null; then
         UV=(uv)
@@ -62,7 +65,7 @@ case "${1:-}" in
         say "Sweeping the bundled example tasks (examples/dataset.jsonl)"
         exec .venv/bin/prefect-harbor sweep --tasks-dir examples/tasks --dataset examples/dataset.jsonl --results results ;;
     test)
-        setup
+        setup test
         shift
         exec .venv/bin/python -m pytest "$@" ;;
     *)

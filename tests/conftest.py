@@ -86,3 +86,78 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `prefect server start` (API and UI) on a free port, with its own SQLite home.
+
+    Yields the base URL (``http://127.0.0.1:PORT``); the API is at ``<base>/api``.
+    """
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = tmp_path_factory.mktemp("prefect-ui-home")
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_UI_API_URL": f"{base}/api",
+        "PREFECT_API_URL": f"{base}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    prefect = str(Path(sys.executable).parent / "prefect")
+    log = open(home / "server.log", "wb")
+    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/health", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}") from None
+            time.sleep(0.5)
+    yield base
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """Headless Debian chromium driven by Playwright (its own browser download cannot work here)."""
+    import shutil
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("chromium is not installed: scripts/dev.sh installs it (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def screenshots() -> "Path":
+    """Where UI tests save screenshots (kept after the run: look at them)."""
+    from pathlib import Path
+
+    folder = Path(os.environ.get("PREFECT_HARBOR_SCREENSHOTS", Path(__file__).parent.parent / "test-artifacts" / "screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
