@@ -9,18 +9,23 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
+from prefect.states import Cancelled
 from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import ConfigurationError, describe
+from prefect_harbor.flows.cancellation import CancelScope, acquire_or_cancel, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
+from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH as SANDBOX_IMPORT_PATH
+from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
+from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values
 from prefect_harbor.tasks import archive_trial, inspect_dataset, run_trial
-from prefect_harbor.trials import RunContext
+from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
 
 def new_run_id() -> str:
@@ -82,6 +87,10 @@ async def evaluation_sweep(
     """
     logger = get_run_logger()
     config = await resolve_backend(backend, backend_block)
+    if config.environment.import_path == SANDBOX_IMPORT_PATH:
+        sandboxes = Path(config.environment.kwargs.get("sandboxes_dir") or default_sandboxes_dir())
+        for reaped in await asyncio.to_thread(reap_stale_sandboxes, sandboxes):
+            logger.warning(f"Reaped a sandbox left behind by a dead run: {reaped}")
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
@@ -118,19 +127,7 @@ async def evaluation_sweep(
     finished: list[RowResult] = []
     slots = asyncio.Semaphore(config.n_concurrent)
 
-    async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
-        try:
-            result = await trial_task(row, index, config, resolver, run)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a bug must cost one row, never the sweep
-            logger.exception(f"Row {row.id} crashed the trial task")
-            result = RowResult(
-                row_index=index, row_id=row.id, agent=config.agent, status="failure",
-                err_category="agent_error", err_message=f"internal error: {type(error).__name__}: {error}",
-            )  # fmt: skip
-        finally:
-            slots.release()
+    async def record(result: RowResult) -> None:
         result = await archive_trial(result, config, store, run, secrets)
         await asyncio.to_thread(store.write_row, result)
         finished.append(result)
@@ -138,11 +135,43 @@ async def evaluation_sweep(
         reward = "-" if result.reward is None else f"{result.reward:g}"
         logger.info(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
 
+    async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
+        trial_name = trial_name_for(row.id)
+        try:
+            result = await trial_task(row, index, trial_name, config, resolver, run)
+        except asyncio.CancelledError:
+            if not scope.requested.is_set():
+                raise
+            asyncio.current_task().uncancel()  # we asked for it: record the row, then finish
+            result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+        except Exception as error:  # a bug must cost one row, never the sweep
+            if scope.requested.is_set():
+                result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+            else:
+                logger.exception(f"Row {row.id} crashed the trial task")
+                result = base_result(row, index, config).model_copy(
+                    update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
+                )
+        finally:
+            slots.release()
+        await asyncio.shield(record(result))
+
+    rows = enumerate(iter_rows(dataset))
+    pending: set[asyncio.Task[None]] = set()
     try:
-        async with asyncio.TaskGroup() as group:
-            for index, row in enumerate(iter_rows(dataset)):
-                await slots.acquire()
-                group.create_task(one_row(index, row))
+        async with CancelScope(get_run_context().flow_run.id, logger) as scope:
+            for index, row in rows:
+                if not await acquire_or_cancel(slots, scope):
+                    never_started = [(index, row), *rows]
+                    break
+                task = asyncio.create_task(one_row(index, row))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            else:
+                never_started = []
+            await wait_or_cancel(pending, scope)
+            if never_started:
+                await asyncio.to_thread(record_never_started, store, never_started, config, finished)
     except BaseException as error:
         manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
         manifest.finished_at, manifest.rows_written = now(), len(finished)
@@ -153,11 +182,27 @@ async def evaluation_sweep(
     summary = SweepSummary.of(
         run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent
     )
-    manifest.state, manifest.finished_at = "Completed", now()
-    manifest.results_uri, manifest.rows_written = results_uri, len(finished)
+    manifest.state = "Cancelled" if scope.requested.is_set() else "Completed"
+    manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, len(finished)
     await asyncio.to_thread(store.write_manifest, manifest)
     await publish(summary, finished)
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")
     logger.info(f"Results: {results_uri}")
+    if scope.requested.is_set():
+        return Cancelled(message=f"Sweep cancelled ({scope.reason}); finished rows kept in {results_uri}", data=summary)
     return summary
+
+
+def record_never_started(store: RunStore, rows, config: HarborBackend, finished: list[RowResult], batch: int = 1000) -> None:
+    """Rows that never reached a sandbox are still result rows: ``cancelled``, in batches."""
+    chunk: list[RowResult] = []
+    for index, row in rows:
+        chunk.append(cancelled_result(base_result(row, index, config), None, None, started=False))
+        if len(chunk) == batch:
+            store.write_rows(chunk)
+            finished.extend(chunk)
+            chunk = []
+    if chunk:
+        store.write_rows(chunk)
+        finished.extend(chunk)

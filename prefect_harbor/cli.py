@@ -101,16 +101,23 @@ def sweep(
         logging.getLogger("harbor.utils.logger").propagate = False
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
-    try:
-        summary = asyncio.run(
-            evaluation_sweep(dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency)
+    state = asyncio.run(
+        evaluation_sweep(
+            dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency, return_state=True
         )
-    except ConfigurationError as error:  # found once the flow could check it: storage, blocks
-        raise fail(str(error)) from None
+    )
+    summary = state.result(raise_on_failure=False)
+    if isinstance(summary, ConfigurationError):  # found once the flow could check it: storage, blocks
+        raise fail(str(summary))
+    if isinstance(summary, BaseException):
+        raise summary
     if as_json:
         typer.echo(summary.model_dump_json())
     else:
         print_summary(summary)
+    if state.is_cancelled():
+        err.print(f"[yellow]cancelled:[/] {state.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=130)
 
 
 @app.command()
@@ -181,3 +188,17 @@ def print_summary(summary: SweepSummary) -> None:
         f"{summary.cancelled} cancelled; mean reward {mean}"
     )
     console.print(f"Results: {summary.results_uri}", soft_wrap=True)
+
+
+@app.command()
+def cleanup(
+    sandboxes_dir: Annotated[Path | None, typer.Option(help="Where sandboxes keep their private trees (default: the system temp folder's).")] = None,
+) -> None:
+    """Kill and remove sandboxes left behind by sweeps whose process died."""
+    from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
+    from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
+
+    reaped = reap_stale_sandboxes(sandboxes_dir or default_sandboxes_dir())
+    for path in reaped:
+        Console().print(f"reaped {path}", highlight=False)
+    Console().print(f"{len(reaped)} stale sandbox(es) reaped")

@@ -149,7 +149,13 @@ class RunStore:
 
     def write_row(self, result: RowResult) -> str:
         """Persist one finished row at once, so a crash later loses nothing."""
-        return self.write_bytes(f"parts/part-{result.row_index:06d}.parquet", _parquet_bytes([result]))
+        return self.write_rows([result])
+
+    def write_rows(self, results: list[RowResult]) -> str:
+        """Persist finished rows as one part, named by the row indexes it holds."""
+        first, last = results[0].row_index, results[-1].row_index
+        name = f"part-{first:06d}" if first == last else f"part-{first:06d}-{last:06d}"
+        return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(results))
 
     # ---------------------------------------------------------------- end of run
 

@@ -93,16 +93,20 @@ def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
     return str(override) if override else backend.model_name
 
 
+def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend) -> RowResult:
+    """The row's result before anything ran (a failure until a trial says otherwise)."""
+    model = model_for(backend, row) if isinstance(row, DatasetRow) else None
+    return RowResult(row_index=index, row_id=row.id, agent=backend.agent, model=model, status="failure")
+
+
 async def run_row(
-    row: DatasetRow | RowProblem, index: int, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
-    logger: logging.Logger | logging.LoggerAdapter,
+    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver,
+    run: RunContext, logger: logging.Logger | logging.LoggerAdapter,
 ) -> RowResult:  # fmt: skip
     """Run one row's trial. Returns a result for every outcome except cancellation."""
-    base = RowResult(row_index=index, row_id=row.id, agent=backend.agent, status="failure")
+    base = base_result(row, index, backend)
     if isinstance(row, RowProblem):
         return base.model_copy(update={"err_category": "validation_error", "err_message": row.reason, "err_phase": "setup"})
-    base.model = model_for(backend, row)
-    trial_name = trial_name_for(row.id)
     started = datetime.now().astimezone()
     try:
         task = await resolver.resolve(row)
@@ -117,6 +121,21 @@ async def run_row(
     row_result = outcome(base, result)
     row_result.trial_dir = str(run.trials_dir / trial_name)
     return row_result
+
+
+def cancelled_result(base: RowResult, run: RunContext | None, trial_name: str | None, started: bool) -> RowResult:
+    """The result of a row the sweep cancelled: from Harbor's result.json when the trial ran."""
+    message = "cancelled while running" if started else "cancelled before it started"
+    result_json = run.trials_dir / trial_name / "result.json" if run and trial_name else None
+    if result_json is not None and result_json.is_file():
+        try:
+            recorded = outcome(base, TrialResult.model_validate_json(result_json.read_text()))
+        except ValueError:
+            recorded = base
+        return recorded.model_copy(
+            update={"status": "cancelled", "err_message": message, "err_category": None, "trial_name": trial_name, "trial_dir": str(result_json.parent)}
+        )
+    return base.model_copy(update={"status": "cancelled", "err_message": message, "err_phase": "setup" if not started else None})
 
 
 def release_trial(result: RowResult, backend: HarborBackend, run: RunContext) -> RowResult:

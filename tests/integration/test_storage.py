@@ -115,7 +115,7 @@ def test_killing_the_flow_process_keeps_every_finished_row(tmp_path):
     tasks = tmp_path / "tasks"
     for n in range(3):
         write_task(tasks, f"quick{n}")
-    write_task(tasks, "slow", solve="sleep 600 # prefect-harbor-kill-test")
+    write_task(tasks, "slow", solve="bash -c 'sleep 600 & wait' prefect-harbor-kill-test")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in ["slow", "quick0", "quick1", "quick2"]))
     results = tmp_path / "results"

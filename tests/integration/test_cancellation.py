@@ -1,0 +1,126 @@
+"""Run-level cancellation: from the Prefect API and from signals, nothing left running."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+from prefect.client.schemas.objects import StateType
+from prefect.states import Cancelling
+
+from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
+
+from tasks_factory import write_task
+
+pytestmark = pytest.mark.integration
+
+
+def marked_processes(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def slow_and_queued(tmp_path: Path, marker: str) -> Path:
+    """Two rows that sleep in their sandbox (marked), three that will still be queued."""
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "slow", solve=f"bash -c 'sleep 600 & wait' {marker}")
+    for n in range(3):
+        write_task(tasks, f"quick{n}")
+    dataset = tmp_path / "rows.jsonl"
+    rows = [("s1", "slow"), ("s2", "slow"), ("q0", "quick0"), ("q1", "quick1"), ("q2", "quick2")]
+    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in rows))
+    return dataset
+
+
+async def wait_for(predicate, timeout: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_cancelling_the_flow_run_stops_every_trial_and_keeps_the_record(tmp_path):
+    marker = f"cancel-api-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    backend = HarborBackend(tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=2)
+    sweep = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
+    await wait_for(lambda: len(marked_processes(marker)) == 2, what="both slow trials to be running")
+
+    async with get_client() as client:
+        running = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
+        )
+        (run,) = [r for r in running if r.flow_id and r.parameters.get("dataset") == str(dataset)]
+        requested = time.monotonic()
+        await client.set_flow_run_state(run.id, Cancelling(), force=True)
+    await wait_for(lambda: not marked_processes(marker), timeout=30, what="the sandboxes to be gone")
+    gone_after = time.monotonic() - requested
+    state = await sweep
+    print(f"cancel request -> last sandbox gone: {gone_after:.2f} s; -> flow Cancelled: {time.monotonic() - requested:.2f} s")
+
+    assert state.is_cancelled()
+    assert gone_after < 15
+    async with get_client() as client:
+        assert (await client.read_flow_run(run.id)).state.is_cancelled()
+    (results,) = (tmp_path / "results").glob("*/results.parquet")
+    rows = {r["row_id"]: r for r in pq.read_table(results).to_pylist()}
+    assert {r["status"] for r in rows.values()} == {"cancelled"}
+    assert rows["s1"]["err_message"] == "cancelled while running" and Path(rows["s1"]["trial_dir"], "result.json").is_file()
+    assert rows["q0"]["err_message"] == "cancelled before it started" and rows["q0"]["trial_dir"] is None
+    assert not any((tmp_path / "trials").glob("*/q0__*")), "a queued row reached a sandbox"
+    assert json.loads(next((tmp_path / "results").glob("*/manifest.json")).read_text())["state"] == "Cancelled"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_cli_cancels_on_a_signal(tmp_path, signum):
+    marker = f"cancel-{signum.name}-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    cli = str(Path(sys.executable).parent / "prefect-harbor")
+    process = subprocess.Popen(
+        [cli, "sweep", "--tasks-dir", str(tmp_path / "tasks"), "--dataset", str(dataset), "--results", str(tmp_path / "results"), "--concurrency", "2"],
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "cli.log", "wb"), env={**os.environ, "TMPDIR": str(tmp_path)}, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while len(marked_processes(marker)) < 2:
+        assert process.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    process.send_signal(signum)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, (tmp_path / "cli.log").read_text()[-3000:]
+    assert "5 rows: 0 success, 0 failure, 5 cancelled" in stdout
+    assert marked_processes(marker) == []
+    (results,) = (tmp_path / "results").glob("*/results.parquet")
+    assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
+
+
+def test_the_reaper_kills_and_removes_what_a_dead_owner_left(tmp_path):
+    orphan = subprocess.Popen(["sleep", "600"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state = tmp_path / "sandboxes" / "trial__env.abc"
+    state.mkdir(parents=True)
+    (state / "sandbox.json").write_text(json.dumps({"owner_pid": dead.pid, "bwrap_pid": orphan.pid, "init_pid": orphan.pid}))
+    alive = tmp_path / "sandboxes" / "other__env.def"
+    alive.mkdir()
+    (alive / "sandbox.json").write_text(json.dumps({"owner_pid": os.getpid(), "bwrap_pid": 1, "init_pid": 1}))
+    assert reap_stale_sandboxes(tmp_path / "sandboxes") == [state]
+    assert orphan.wait(timeout=5) == -signal.SIGKILL
+    assert not state.exists() and alive.exists()
