@@ -1,1 +1,2 @@
-"""Deployment definitions for the sweep (see docs/architecture.md)."""
+"""Deployment definitions for the sweep: ``serve.py`` (``prefect-harbor serve``) and
+``prefect.yaml`` (``prefect deploy`` to a process work pool)."""

@@ -202,3 +202,22 @@ def cleanup(
     for path in reaped:
         Console().print(f"reaped {path}", highlight=False)
     Console().print(f"{len(reaped)} stale sandbox(es) reaped")
+
+
+@app.command()
+def serve(
+    max_concurrent_sweeps: Annotated[int, typer.Option(min=1, help="Sweeps running at once; further runs queue.")] = 1,
+    nightly_dataset: Annotated[str | None, typer.Option(help="Also serve a scheduled sweep of this dataset...")] = None,
+    nightly_backend_block: Annotated[str | None, typer.Option(help="...with this saved Harbor Backend block.")] = None,
+    nightly_results: Annotated[str, typer.Option(help="Results root for the scheduled sweep.")] = "results",
+    cron: Annotated[str, typer.Option(help="The scheduled sweep's cron schedule.")] = "0 2 * * *",
+    interval: Annotated[float | None, typer.Option(help="Seconds between scheduled sweeps, instead of --cron (for trying it out).")] = None,
+) -> None:
+    """Serve the evaluation-sweep deployments from this process (needs PREFECT_API_URL)."""
+    _prefect_defaults()
+    from prefect_harbor.deployments.serve import serve_sweeps
+
+    serve_sweeps(
+        max_concurrent_sweeps=max_concurrent_sweeps, nightly_dataset=nightly_dataset, nightly_backend_block=nightly_backend_block,
+        nightly_results=nightly_results, cron=cron, interval_seconds=interval,
+    )  # fmt: skip

@@ -1,0 +1,64 @@
+"""Deployments of the sweep, served from this process (``prefect-harbor serve``).
+
+Two deployments of ``evaluation-sweep``:
+
+* ``evaluation-sweep/sweep`` -- on demand: ``prefect deployment run`` or the UI's run form,
+  with the typed parameters (dataset, backend block, results or storage block, concurrency);
+* ``evaluation-sweep/nightly`` -- the same sweep on a schedule (cron, e.g. ``0 2 * * *``),
+  when a dataset and a backend block are given for it.
+
+Each carries a deployment concurrency limit: a flood of ``prefect deployment run`` calls
+queues (ENQUEUE) instead of starting more sweeps than the machine can hold -- the
+pipeline's counterpart of the Osmosis backend's HTTP 429.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prefect import serve
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+from prefect.deployments.runner import RunnerDeployment
+
+from prefect_harbor.flows import evaluation_sweep
+
+TAGS = ["prefect-harbor", "evaluation"]
+
+
+def sweep_deployments(
+    *,
+    max_concurrent_sweeps: int = 1,
+    nightly_dataset: str | None = None,
+    nightly_backend_block: str | None = None,
+    nightly_results: str = "results",
+    cron: str = "0 2 * * *",
+    interval_seconds: float | None = None,
+) -> list[RunnerDeployment]:
+    """The on-demand deployment, plus the scheduled one when it has a dataset and a backend."""
+    limit = ConcurrencyLimitConfig(limit=max_concurrent_sweeps, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
+    deployments = [
+        evaluation_sweep.to_deployment(
+            name="sweep",
+            description="Run a dataset as Harbor trials; give a backend block (or inline backend) and a dataset URL.",
+            concurrency_limit=limit,
+            tags=TAGS,
+        )
+    ]
+    if nightly_dataset and nightly_backend_block:
+        schedule = {"interval": timedelta(seconds=interval_seconds)} if interval_seconds else {"cron": cron}
+        deployments.append(
+            evaluation_sweep.to_deployment(
+                name="nightly",
+                description=f"Scheduled sweep of {nightly_dataset} with backend block {nightly_backend_block!r}.",
+                parameters={"dataset": nightly_dataset, "backend_block": nightly_backend_block, "results": nightly_results},
+                concurrency_limit=limit,
+                tags=[*TAGS, "scheduled"],
+                **schedule,
+            )
+        )
+    return deployments
+
+
+def serve_sweeps(**options) -> None:
+    """Register the deployments and run their flow runs from this process until stopped."""
+    serve(*sweep_deployments(**options))

@@ -1,0 +1,86 @@
+"""The sweep as deployments on a real `prefect server`: run on demand, and on a schedule."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+BIN = Path(sys.executable).parent
+
+
+def api_env(base: str, tmp_path: Path) -> dict:
+    return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path)}
+
+
+def wait_for_deployment(base: str, name: str, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{base}/api/deployments/name/evaluation-sweep/{name}")
+        if response.status_code == 200:
+            return response.json()
+        time.sleep(0.5)
+    raise AssertionError(f"deployment {name} never appeared")
+
+
+def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: str, timeout: float = 180) -> list[dict]:
+    """Finished runs of the deployment that wrote to ``results`` (earlier tests' runs excluded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = httpx.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
+        runs = [r for r in runs if r["parameters"].get("results") == results]
+        done = [r for r in runs if r["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")]
+        if len(done) >= count:
+            return done
+        time.sleep(1)
+    raise AssertionError(f"fewer than {count} finished runs of {deployment_id}: {[(r['name'], r['state_type']) for r in runs]}")
+
+
+@pytest.fixture
+def served(ui_server, tmp_path):
+    """`prefect-harbor serve` with a scheduled sweep every 5 s, against the real server."""
+    env = api_env(ui_server, tmp_path)
+    subprocess.run(
+        [str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
+         f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle', n_concurrent=3).save('deploy-examples', overwrite=True)"],
+        env=env, check=True,
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [str(BIN / "prefect-harbor"), "serve", "--nightly-dataset", str(EXAMPLE_DATASET), "--nightly-backend-block", "deploy-examples",
+         "--nightly-results", str(tmp_path / "scheduled"), "--interval", "5"],
+        env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    yield env
+    process.terminate()
+    process.wait(timeout=60)
+
+
+def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tmp_path):
+    deployment = wait_for_deployment(ui_server, "sweep")
+    assert {"dataset", "backend", "backend_block", "results", "storage_block", "concurrency"} <= set(deployment["parameter_openapi_schema"]["properties"])
+    run = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
+         "--param", "backend_block=deploy-examples", "--param", f"results={tmp_path / 'on-demand'}", "--watch"],
+        env=served, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "COMPLETED" in run.stdout.upper()
+    (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(results).num_rows == 5
+
+
+def test_the_scheduled_sweep_fires(ui_server, served, tmp_path):
+    deployment = wait_for_deployment(ui_server, "nightly")
+    assert deployment["schedules"], "the nightly deployment has no schedule"
+    runs = wait_for_terminal_runs(ui_server, deployment["id"], count=1, results=str(tmp_path / "scheduled"))
+    assert runs[0]["state_type"] == "COMPLETED", json.dumps(runs[0])[:2000]
+    assert list((tmp_path / "scheduled").glob("*/results.parquet"))
