@@ -84,3 +84,27 @@ def test_the_scheduled_sweep_fires(ui_server, served, tmp_path):
     runs = wait_for_terminal_runs(ui_server, deployment["id"], count=1, results=str(tmp_path / "scheduled"))
     assert runs[0]["state_type"] == "COMPLETED", json.dumps(runs[0])[:2000]
     assert list((tmp_path / "scheduled").glob("*/results.parquet"))
+
+
+def test_a_process_worker_runs_the_prefect_yaml_deployment(ui_server, tmp_path):
+    env = {**api_env(ui_server, tmp_path), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    repo = Path(__file__).resolve().parents[2]
+    prefect = str(BIN / "prefect")
+    subprocess.run([str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
+                    f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle').save('examples-oracle', overwrite=True)"],
+                   env=env, check=True)  # fmt: skip
+    subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
+    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=repo, capture_output=True, text=True)
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    worker = subprocess.Popen([prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        run = subprocess.run(
+            [prefect, "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
+             "--param", "backend_block=examples-oracle", "--param", f"results={tmp_path / 'by-worker'}", "--watch"],
+            env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-2000:] + (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert list((tmp_path / "by-worker").glob("*/results.parquet"))
