@@ -209,12 +209,16 @@ class BubblewrapEnvironment(BaseEnvironment):
         info_read, info_write = os.pipe()
         try:
             with open(state_dir / "bwrap.log", "wb") as log:
+                # Its own session: a signal to the owner's process group (a worker cancelling
+                # the run) must reach the owner, which stops trials through Harbor -- not kill
+                # sandboxes under it. The owner's death still kills them (--die-with-parent).
                 process = await asyncio.create_subprocess_exec(
                     *self._bwrap_argv(state_dir, info_write),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,
                     pass_fds=(info_write,),
+                    start_new_session=True,
                 )
             os.close(info_write)
             info_write = -1

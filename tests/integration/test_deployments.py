@@ -86,25 +86,64 @@ def test_the_scheduled_sweep_fires(ui_server, served, tmp_path):
     assert list((tmp_path / "scheduled").glob("*/results.parquet"))
 
 
-def test_a_process_worker_runs_the_prefect_yaml_deployment(ui_server, tmp_path):
+@pytest.fixture
+def worker(ui_server, tmp_path):
+    """The prefect.yaml deployments on a process work pool, and a worker polling it."""
     env = {**api_env(ui_server, tmp_path), "PREFECT_WORKER_QUERY_SECONDS": "1"}
     repo = Path(__file__).resolve().parents[2]
     prefect = str(BIN / "prefect")
-    subprocess.run([str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
-                    f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle').save('examples-oracle', overwrite=True)"],
-                   env=env, check=True)  # fmt: skip
     subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
     deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=repo, capture_output=True, text=True)
     assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
-    worker = subprocess.Popen([prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        run = subprocess.run(
-            [prefect, "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
-             "--param", "backend_block=examples-oracle", "--param", f"results={tmp_path / 'by-worker'}", "--watch"],
-            env=env, capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stdout[-2000:] + (tmp_path / "worker.log").read_text()[-3000:]
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+    process = subprocess.Popen([prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT)
+    yield env
+    process.terminate()
+    process.wait(timeout=60)
+
+
+def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
+    code = f"from prefect_harbor.blocks import HarborBackend as B; B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
+    subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
+
+
+def test_a_process_worker_runs_the_prefect_yaml_deployment(worker, tmp_path):
+    save_backend(worker, "examples-oracle", EXAMPLE_TASKS)
+    run = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
+         "--param", "backend_block=examples-oracle", "--param", f"results={tmp_path / 'by-worker'}", "--watch"],
+        env=worker, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + (tmp_path / "worker.log").read_text()[-3000:]
     assert list((tmp_path / "by-worker").glob("*/results.parquet"))
+
+
+def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
+    from test_cancellation import marked_processes, slow_and_queued
+
+    marker = f"cancel-worker-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    save_backend(worker, "slow-rows", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
+    started = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={dataset}",
+         "--param", "backend_block=slow-rows", "--param", f"results={tmp_path / 'results'}"],
+        env=worker, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    flow_run_id = next(line.split()[-1] for line in started.stdout.splitlines() if "UUID" in line)
+    deadline = time.monotonic() + 180
+    while len(marked_processes(marker)) < 2:
+        assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-3000:]
+        time.sleep(0.2)
+    requested = time.monotonic()
+    subprocess.run([str(BIN / "prefect"), "flow-run", "cancel", flow_run_id], env=worker, check=True, capture_output=True)
+    while marked_processes(marker):
+        assert time.monotonic() - requested < 60, "sandboxes survived the cancellation"
+        time.sleep(0.1)
+    gone_after = time.monotonic() - requested
+    while httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"] != "CANCELLED":
+        assert time.monotonic() - requested < 90, httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"]
+        time.sleep(0.5)
+    print(f"worker run: cancel -> sandboxes gone {gone_after:.2f} s, -> CANCELLED {time.monotonic() - requested:.2f} s")
+    import pyarrow.parquet as pq
+
+    (results,) = (tmp_path / "results").glob("*/results.parquet")
+    assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
