@@ -161,3 +161,29 @@ def screenshots() -> "Path":
     folder = Path(os.environ.get("PREFECT_HARBOR_SCREENSHOTS", Path(__file__).parent.parent / "test-artifacts" / "screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@pytest.fixture
+def served(ui_server: str, tmp_path) -> Iterator[dict]:
+    """`prefect-harbor serve` with a scheduled sweep every 5 s, against the real server."""
+    import subprocess
+
+    from deployment_helpers import BIN, api_env
+    from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+
+    env = api_env(ui_server, tmp_path)
+    subprocess.run(
+        [str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
+         f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle', n_concurrent=3).save('deploy-examples', overwrite=True)"],
+        env=env, check=True,
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [str(BIN / "prefect-harbor"), "serve", "--nightly-dataset", str(EXAMPLE_DATASET), "--nightly-backend-block", "deploy-examples",
+         "--nightly-results", str(tmp_path / "scheduled"), "--interval", "5"],
+        env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    yield env
+    process.terminate()
+    process.wait(timeout=60)
+
+

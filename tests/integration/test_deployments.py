@@ -10,24 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployment_helpers import BIN, api_env, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-BIN = Path(sys.executable).parent
-
-
-def api_env(base: str, tmp_path: Path) -> dict:
-    return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path)}
-
-
-def wait_for_deployment(base: str, name: str, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        response = httpx.get(f"{base}/api/deployments/name/evaluation-sweep/{name}")
-        if response.status_code == 200:
-            return response.json()
-        time.sleep(0.5)
-    raise AssertionError(f"deployment {name} never appeared")
 
 
 def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: str, timeout: float = 180) -> list[dict]:
@@ -41,25 +27,6 @@ def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: s
             return done
         time.sleep(1)
     raise AssertionError(f"fewer than {count} finished runs of {deployment_id}: {[(r['name'], r['state_type']) for r in runs]}")
-
-
-@pytest.fixture
-def served(ui_server, tmp_path):
-    """`prefect-harbor serve` with a scheduled sweep every 5 s, against the real server."""
-    env = api_env(ui_server, tmp_path)
-    subprocess.run(
-        [str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
-         f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle', n_concurrent=3).save('deploy-examples', overwrite=True)"],
-        env=env, check=True,
-    )  # fmt: skip
-    process = subprocess.Popen(
-        [str(BIN / "prefect-harbor"), "serve", "--nightly-dataset", str(EXAMPLE_DATASET), "--nightly-backend-block", "deploy-examples",
-         "--nightly-results", str(tmp_path / "scheduled"), "--interval", "5"],
-        env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    yield env
-    process.terminate()
-    process.wait(timeout=60)
 
 
 def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tmp_path):
