@@ -179,12 +179,12 @@ async def evaluation_sweep(
         raise
 
     results_uri = await asyncio.to_thread(store.finalize, finished)
-    summary = SweepSummary.of(
-        run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent
-    )
     manifest.state = "Cancelled" if scope.requested.is_set() else "Completed"
     manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, len(finished)
     await asyncio.to_thread(store.write_manifest, manifest)
+    summary = SweepSummary.of(
+        run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent
+    )
     await publish(summary, finished)
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")

@@ -35,6 +35,8 @@ T = TypeVar("T")
 VERSIONED_PACKAGES = ("prefect-harbor", "prefect", "harbor", "pyarrow", "fsspec", "s3fs", "pydantic")
 #: Seconds to wait before each retry of a failed write (so 4 attempts in about 3.5 s).
 RETRY_DELAYS = (0.5, 1.0, 2.0)
+#: After a write failed for good, how long later writes make a single attempt.
+OUTAGE_BACKOFF_SEC = 30.0
 
 
 class StorageUnavailable(OSError):
@@ -83,10 +85,11 @@ class RunStore:
         self.run_id = run_id
         self.fallback_dir = fallback_dir
         if hasattr(self.fs, "retries"):
-            self.fs.retries = 2  # s3fs's own retry loop (default 5), on our private instance
+            self.fs.retries = 1  # s3fs's own retry loop (default 5), on our private instance
         self.logger = logger or logging.getLogger(__name__)
         self.retry_delays = retry_delays
         self.unsent: list[str] = []
+        self._down_since: float | None = None
 
     def uri(self, relative: str = "") -> str:
         return self.fs.unstrip_protocol(f"{self.run_path}/{relative}".rstrip("/"))
@@ -109,12 +112,19 @@ class RunStore:
             ) from error
 
     def write_bytes(self, relative: str, content: bytes) -> str:
-        """Write ``content`` at ``<run>/<relative>``; on lasting failure keep it locally."""
+        """Write ``content`` at ``<run>/<relative>``; on lasting failure keep it locally.
+
+        After a write has failed for good, later writes get a single attempt for
+        ``OUTAGE_BACKOFF_SEC``: an outage costs each row seconds, not a retry cycle per file.
+        """
         path = f"{self.run_path}/{relative}"
+        in_outage = self._down_since is not None and time.monotonic() - self._down_since < OUTAGE_BACKOFF_SEC
         try:
-            self._retry(lambda: self._put(path, content), f"write {relative}")
+            self._retry(lambda: self._put(path, content), f"write {relative}", delays=() if in_outage else self.retry_delays)
+            self._down_since = None
             return self.fs.unstrip_protocol(path)
         except StorageUnavailable as error:
+            self._down_since = time.monotonic()
             local = self.fallback_dir / relative
             local.parent.mkdir(parents=True, exist_ok=True)
             local.write_bytes(content)
@@ -129,8 +139,8 @@ class RunStore:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(path, content)
 
-    def _retry(self, operation: Callable[[], T], what: str) -> T:
-        for attempt, delay in enumerate((*self.retry_delays, None), start=1):
+    def _retry(self, operation: Callable[[], T], what: str, delays: tuple[float, ...] | None = None) -> T:
+        for attempt, delay in enumerate((*(self.retry_delays if delays is None else delays), None), start=1):
             try:
                 return operation()
             except FileNotFoundError:
@@ -160,9 +170,12 @@ class RunStore:
     # ---------------------------------------------------------------- end of run
 
     def push_unsent(self) -> None:
-        """Try once more to move locally kept files to the storage."""
+        """Try once more (with retries) to move locally kept files to the storage."""
         still: list[str] = []
         for relative in self.unsent:
+            if still:  # the storage is still down: keep the rest without another retry cycle each
+                still.append(relative)
+                continue
             local = self.fallback_dir / relative
             try:
                 self._retry(lambda: self._put(f"{self.run_path}/{relative}", local.read_bytes()), f"push {relative}")
@@ -171,6 +184,8 @@ class RunStore:
             else:
                 local.unlink()
         self.unsent = still
+        if still:
+            self._down_since = time.monotonic()
 
     def finalize(self, results: list[RowResult]) -> str:
         """Write every row into ``results.parquet``, then drop the parts it replaces."""
@@ -190,7 +205,7 @@ def _with_short_client_retries(url: str, options: dict[str, Any]) -> dict[str, A
     storage outage costs seconds per write, not minutes (botocore x s3fs retries multiply)."""
     if not url.startswith(("s3://", "s3a://")):
         return options
-    config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2, "mode": "standard"}}
+    config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 1, "mode": "standard"}}
     return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}, "skip_instance_cache": True}
 
 

@@ -174,3 +174,37 @@ async def test_no_archived_byte_holds_the_api_key(moto_bucket, tmp_path):
     (trial_dir,) = [p for p in Path(tmp_path / "trials").glob("*/leaky-fails__*")]
     kept = [p for p in trial_dir.rglob("*") if p.is_file()]
     assert kept and not [p for p in kept if key.encode() in p.read_bytes()]
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_sweep_outlives_its_storage_and_says_where_the_rows_are(tmp_path):
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    s3fs.S3FileSystem(key="k", secret="s", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True).mkdir("flaky")
+    await ResultsStorage(url="s3://flaky/evals", endpoint_url=endpoint, access_key_id="k", secret_access_key="s").save("flaky", overwrite=True)
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "quick")
+    write_task(tasks, "slower", solve="sleep 4")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": n, "metadata": {"harbor_task_id": n}}) + "\n" for n in ["quick", "slower"]))
+    backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    sweep = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, storage_block="flaky"))
+    fs = s3fs.S3FileSystem(key="k", secret="s", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
+    deadline = time.monotonic() + 60
+    while not [p for p in fs.find("flaky/evals") if p.endswith("part-000000.parquet")]:
+        assert time.monotonic() < deadline, "the quick row was never written"
+        fs.invalidate_cache()
+        await asyncio.sleep(0.2)
+    server.stop()  # the storage goes away while the slower row is still running
+    summary = await sweep
+    assert (summary.success, summary.failure) == (2, 0), "trials must keep running without storage"
+    fallback = Path(summary.local_fallback)
+    assert {"parts/part-000001.parquet", "results.parquet", "manifest.json"} <= set(summary.unsent_files)
+    assert summary.results_uri == str(fallback / "results.parquet")
+    assert pq.read_table(summary.results_uri).num_rows == 2
+    manifest = json.loads((fallback / "manifest.json").read_text())
+    assert manifest["local_fallback"] == str(fallback) and "results.parquet" in manifest["unsent_files"]
