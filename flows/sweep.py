@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
+from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
 from prefect_harbor.config import ConfigurationError, describe
 from prefect_harbor.flows.cancellation import CancelScope, acquire_or_cancel, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
@@ -26,6 +28,9 @@ from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values
 from prefect_harbor.tasks import archive_trial, inspect_dataset, run_trial
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
+
+
+CONTROL_POLL_SECONDS = 1.0
 
 
 def new_run_id() -> str:
@@ -126,6 +131,41 @@ async def evaluation_sweep(
 
     finished: list[RowResult] = []
     slots = asyncio.Semaphore(config.n_concurrent)
+    tracker = RowTracker(info.ids)
+    running: dict[str, asyncio.Task[None]] = {}
+
+    async def serve_control() -> None:
+        """Publish row status and answer partial-cancellation requests, every second."""
+        answered: set[str] = set()
+        published = -1
+        while True:
+            try:
+                published = await answer_requests(answered, published)
+            except Exception as error:  # storage hiccups must not stop status or the sweep
+                logger.debug(f"Control channel unavailable: {error}")
+            await asyncio.sleep(CONTROL_POLL_SECONDS)
+
+    async def answer_requests(answered: set[str], published: int) -> int:
+        for name in await asyncio.to_thread(store.list_names, CONTROL_FOLDER):
+            if not name.endswith(".json") or name.endswith(".result.json") or name in answered:
+                continue
+            answered.add(name)
+            try:
+                request = CancelRequest.model_validate_json(await asyncio.to_thread(store.read_bytes, f"{CONTROL_FOLDER}/{name}"))
+            except (ValueError, OSError) as error:
+                logger.warning(f"Ignoring unreadable control request {name}: {error}")
+                continue
+            dispositions, to_cancel = tracker.apply(request)
+            logger.warning(f"Cancel request {request.request_id}: {dict(list(dispositions.items())[:20])}")
+            for row_id in to_cancel:
+                if row_id in running:
+                    running[row_id].cancel()
+            if request.all:
+                scope.request("all rows were cancelled")
+            await asyncio.to_thread(store.write_bytes, request.result_path, json.dumps(dispositions).encode())
+        if tracker.version != published:
+            await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot("Running"))
+        return tracker.version
 
     async def record(result: RowResult) -> None:
         result = await archive_trial(result, config, store, run, secrets)
@@ -137,15 +177,23 @@ async def evaluation_sweep(
 
     async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
         trial_name = trial_name_for(row.id)
+
+        def deliberate() -> bool:
+            return scope.requested.is_set() or row.id in tracker.cancelled_ids
+
         try:
-            result = await trial_task(row, index, trial_name, config, resolver, run)
+            if row.id in tracker.cancelled_ids:
+                result = cancelled_result(base_result(row, index, config), None, None, started=False)
+            else:
+                tracker.set(row.id, "running")
+                result = await trial_task(row, index, trial_name, config, resolver, run, lambda: tracker.set(row.id, "grading"))
         except asyncio.CancelledError:
-            if not scope.requested.is_set():
+            if not deliberate():
                 raise
             asyncio.current_task().uncancel()  # we asked for it: record the row, then finish
             result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
         except Exception as error:  # a bug must cost one row, never the sweep
-            if scope.requested.is_set():
+            if deliberate():
                 result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
             else:
                 logger.exception(f"Row {row.id} crashed the trial task")
@@ -154,24 +202,31 @@ async def evaluation_sweep(
                 )
         finally:
             slots.release()
+        tracker.set(row.id, result.status)
         await asyncio.shield(record(result))
 
     rows = enumerate(iter_rows(dataset))
     pending: set[asyncio.Task[None]] = set()
     try:
         async with CancelScope(get_run_context().flow_run.id, logger) as scope:
+            control = asyncio.create_task(serve_control())
             for index, row in rows:
                 if not await acquire_or_cancel(slots, scope):
                     never_started = [(index, row), *rows]
                     break
                 task = asyncio.create_task(one_row(index, row))
                 pending.add(task)
+                running[row.id] = task
                 task.add_done_callback(pending.discard)
+                task.add_done_callback(lambda _, row_id=row.id: running.pop(row_id, None))
             else:
                 never_started = []
             await wait_or_cancel(pending, scope)
             if never_started:
                 await asyncio.to_thread(record_never_started, store, never_started, config, finished)
+                for _, row in never_started:
+                    tracker.set(row.id, "cancelled")
+            control.cancel()
     except BaseException as error:
         manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
         manifest.finished_at, manifest.rows_written = now(), len(finished)
@@ -181,6 +236,7 @@ async def evaluation_sweep(
     results_uri = await asyncio.to_thread(store.finalize, finished)
     manifest.state = "Cancelled" if scope.requested.is_set() else "Completed"
     manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, len(finished)
+    await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot(manifest.state))
     await asyncio.to_thread(store.write_manifest, manifest)
     summary = SweepSummary.of(
         run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent

@@ -221,3 +221,87 @@ def serve(
         max_concurrent_sweeps=max_concurrent_sweeps, nightly_dataset=nightly_dataset, nightly_backend_block=nightly_backend_block,
         nightly_results=nightly_results, cron=cron, interval_seconds=interval,
     )  # fmt: skip
+
+
+RunFolder = Annotated[str, typer.Argument(help="The run's folder: <results root>/<run_id> (a path or an fsspec URL).")]
+StorageBlock = Annotated[str | None, typer.Option(help="Credentials for the run folder from a saved Results Storage block.")]
+
+
+def open_run(run: str, storage_block: str | None):
+    from prefect_harbor.storage import RunStore
+
+    options = None
+    if storage_block is not None:
+        _prefect_defaults()
+        from prefect_harbor.blocks import ResultsStorage
+
+        options = ResultsStorage.load(storage_block).storage_options()
+    return RunStore.open(run, options)
+
+
+@app.command()
+def status(
+    run: RunFolder,
+    ids: Annotated[list[str] | None, typer.Argument(help="Row ids to report (default: the counts and every row).")] = None,
+    storage_block: StorageBlock = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """Each row's status: queued, running, grading, success, failure, cancelled, or unknown."""
+    import json
+
+    from prefect_harbor.control import STATUS_FILE, status_of
+
+    store = open_run(run, storage_block)
+    try:
+        snapshot = json.loads(store.read_bytes(STATUS_FILE))
+    except FileNotFoundError:
+        raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
+    rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
+    if as_json:
+        typer.echo(json.dumps({"state": snapshot["state"], "counts": snapshot["counts"], "rows": rows}))
+        return
+    console = Console()
+    console.print(f"run {run}: {snapshot['state']}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())))
+    table = Table("row", "status")
+    for row_id, row_status in rows.items():
+        table.add_row(row_id, row_status)
+    console.print(table)
+
+
+@app.command()
+def cancel(
+    run: RunFolder,
+    ids: Annotated[list[str] | None, typer.Argument(help="Row ids to cancel.")] = None,
+    prefix: Annotated[list[str] | None, typer.Option(help="Cancel every row whose id starts with this (repeatable).")] = None,
+    all_rows: Annotated[bool, typer.Option("--all", help="Cancel every row (the whole sweep).")] = False,
+    storage_block: StorageBlock = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the sweep's answer.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the dispositions as JSON on stdout.")] = False,
+) -> None:
+    """Cancel rows of a running sweep; prints cancelled_queued, cancelled_running or not_found per row."""
+    import json
+    import time
+
+    from prefect_harbor.control import CancelRequest
+
+    if not ids and not prefix and not all_rows:
+        raise fail("name rows to cancel: ids, --prefix P, or --all")
+    store = open_run(run, storage_block)
+    request = CancelRequest(ids=ids or [], prefixes=prefix or [], all=all_rows)
+    store.write_bytes(request.path, request.model_dump_json().encode())
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            dispositions = json.loads(store.read_bytes(request.result_path))
+            break
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise fail(f"no answer from the sweep within {timeout:g} s: is {run} still running?") from None
+            time.sleep(0.3)
+    if as_json:
+        typer.echo(json.dumps(dispositions))
+        return
+    table = Table("row", "disposition")
+    for row_id, disposition in dispositions.items():
+        table.add_row(row_id, disposition)
+    Console().print(table)

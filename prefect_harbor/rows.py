@@ -174,14 +174,16 @@ class DatasetInfo(BaseModel):
     rows: int
     fingerprint: str = Field(description="sha256 over every parsed row in order; changes when any row does.")
     problems: int
+    ids: list[str] = Field(default_factory=list, exclude=True, description="Row ids in order (for live status).")
 
 
 def scan_dataset(url: str, storage_options: dict[str, Any] | None = None) -> DatasetInfo:
     """Read the whole dataset once before any trial: a bad file or duplicate ids fail here."""
     digest = hashlib.sha256()
-    rows = problems = 0
+    ids: list[str] = []
+    problems = 0
     for row in iter_rows(url, storage_options):
         digest.update(row.model_dump_json().encode())
-        rows += 1
+        ids.append(row.id)
         problems += isinstance(row, RowProblem)
-    return DatasetInfo(url=url, rows=rows, fingerprint=digest.hexdigest(), problems=problems)
+    return DatasetInfo(url=url, rows=len(ids), fingerprint=digest.hexdigest(), problems=problems, ids=ids)

@@ -167,6 +167,22 @@ class RunStore:
         name = f"part-{first:06d}" if first == last else f"part-{first:06d}-{last:06d}"
         return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(results))
 
+    def read_bytes(self, relative: str) -> bytes:
+        return self.fs.cat_file(f"{self.run_path}/{relative}")
+
+    def list_names(self, folder: str) -> list[str]:
+        """File names directly under ``<run>/<folder>`` (none when it does not exist)."""
+        try:
+            return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(f"{self.run_path}/{folder}", detail=False, refresh=True))
+        except FileNotFoundError:
+            return []
+
+    @classmethod
+    def open(cls, run_url: str, storage_options: dict[str, Any] | None = None) -> RunStore:
+        """The store of an existing run folder, e.g. ``results/20261129T181500Z-1a2b3c4d``."""
+        root, _, run_id = run_url.rstrip("/").rpartition("/")
+        return cls(root or ".", run_id, fallback_dir=Path(".prefect-harbor-unsent"), storage_options=storage_options)
+
     # ---------------------------------------------------------------- end of run
 
     def push_unsent(self) -> None:

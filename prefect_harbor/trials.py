@@ -12,12 +12,14 @@ import logging
 import math
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TimingInfo, TrialResult
+from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 
 from prefect_harbor.blocks.backend import HarborBackend
@@ -101,7 +103,7 @@ def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend
 
 async def run_row(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver,
-    run: RunContext, logger: logging.Logger | logging.LoggerAdapter,
+    run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None,
 ) -> RowResult:  # fmt: skip
     """Run one row's trial. Returns a result for every outcome except cancellation."""
     base = base_result(row, index, backend)
@@ -117,6 +119,12 @@ async def run_row(
         return _failed(base, rejected.category, str(rejected), started)
     except Exception as error:  # Trial.create raises whatever the task or environment raised
         return _failed(base, "validation_error", f"{type(error).__name__}: {error}", started, type(error).__name__)
+    if on_grading is not None:
+
+        async def grading(event: object) -> None:
+            on_grading()
+
+        trial.add_hook(TrialEvent.VERIFICATION_START, grading)
     result = await trial.run()
     row_result = outcome(base, result)
     row_result.trial_dir = str(run.trials_dir / trial_name)

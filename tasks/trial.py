@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -14,7 +16,8 @@ from prefect_harbor.trials import RunContext, run_row
 
 @task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
 async def run_trial(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext
-) -> RowResult:
+    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
+    on_grading: Callable[[], None] | None = None,
+) -> RowResult:  # fmt: skip
     """Run the row's trial in its sandbox and score it; never retried (a retry is a new row)."""
-    return await run_row(row, index, trial_name, backend, resolver, run, get_run_logger())
+    return await run_row(row, index, trial_name, backend, resolver, run, get_run_logger(), on_grading)

@@ -124,3 +124,43 @@ def test_the_reaper_kills_and_removes_what_a_dead_owner_left(tmp_path):
     assert reap_stale_sandboxes(tmp_path / "sandboxes") == [state]
     assert orphan.wait(timeout=5) == -signal.SIGKILL
     assert not state.exists() and alive.exists()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "prefect-harbor"), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp_path):
+    marker = f"cancel-partial-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    backend = HarborBackend(tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=2)
+    sweep = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
+    await wait_for(lambda: len(marked_processes(marker)) == 2, what="both slow trials to be running")
+    (run,) = (tmp_path / "results").glob("*/manifest.json")
+    run = str(run.parent)
+    await wait_for(lambda: (Path(run) / "status.json").is_file() and '"s1": "running"' in (Path(run) / "status.json").read_text(), what="status")
+
+    status = json.loads((await asyncio.to_thread(cli, "status", run, "s1", "q0", "nope", "--json")).stdout)
+    assert status["rows"] == {"s1": "running", "q0": "queued", "nope": "unknown"} and status["state"] == "Running"
+
+    answer = await asyncio.to_thread(cli, "cancel", run, "s1", "nope", "--prefix", "q", "--json")
+    assert answer.returncode == 0, answer.stderr
+    assert json.loads(answer.stdout) == {
+        "s1": "cancelled_running", "nope": "not_found", "q0": "cancelled_queued", "q1": "cancelled_queued", "q2": "cancelled_queued",
+    }  # fmt: skip
+    await wait_for(lambda: len(marked_processes(marker)) == 1, timeout=30, what="s1's sandbox to go")
+    again = json.loads((await asyncio.to_thread(cli, "cancel", run, "s1", "s2", "--json")).stdout)
+    assert again == {"s1": "not_found", "s2": "cancelled_running"}, "cancelling is idempotent"
+    state = await sweep
+    assert state.is_completed(), "cancelling rows is not cancelling the run"
+    rows = {r["row_id"]: r for r in pq.read_table(Path(run) / "results.parquet").to_pylist()}
+    assert {k: (r["status"], r["err_message"]) for k, r in rows.items()} == {
+        "s1": ("cancelled", "cancelled while running"), "s2": ("cancelled", "cancelled while running"),
+        "q0": ("cancelled", "cancelled before it started"), "q1": ("cancelled", "cancelled before it started"),
+        "q2": ("cancelled", "cancelled before it started"),
+    }  # fmt: skip
+    assert not any((tmp_path / "trials").glob("*/q0__*")), "a cancelled queued row reached a sandbox"
+    final = json.loads((await asyncio.to_thread(cli, "status", run, "--json")).stdout)
+    assert final["state"] == "Completed" and final["counts"] == {"cancelled": 5}
+    assert marked_processes(marker) == []
