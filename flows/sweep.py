@@ -38,6 +38,12 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{current_flow_run_id()[:8]}"
 
 
+def run_location(run_folder: str) -> tuple[str, str]:
+    """``<root>/<run_id>`` split into its results root and run id."""
+    root, _, run_id = run_folder.rstrip("/").rpartition("/")
+    return root or ".", run_id
+
+
 def current_flow_run_id() -> str:
     try:
         return str(get_run_context().flow_run.id)
@@ -75,6 +81,7 @@ async def evaluation_sweep(
     results: str = "results",
     storage_block: str | None = None,
     concurrency: int | None = None,
+    resume: str | None = None,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -85,6 +92,8 @@ async def evaluation_sweep(
         results: The results root, a local path or an fsspec URL (when no storage block).
         storage_block: The name of a saved Results Storage block, instead of ``results``.
         concurrency: Overrides the backend's ``n_concurrent`` for this run.
+        resume: The folder of a crashed or cancelled run of the same dataset and backend to
+            continue: its finished rows are kept, the others run.
 
     Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
     when a slot frees up, so a large dataset never becomes thousands of pending task
@@ -100,18 +109,22 @@ async def evaluation_sweep(
         config = config.model_copy(update={"n_concurrent": concurrency})
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
     secrets = secret_values(config.native_agent_kwargs)
-    run_id = new_run_id()
+    root, run_id = run_location(resume) if resume else (storage.url if storage else results, new_run_id())
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id)
     store = RunStore(
-        storage.url if storage else results, run_id, fallback_dir=run.trials_dir / "_unsent",
-        storage_options=storage.storage_options() if storage else None, logger=logger,
+        root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
     )  # fmt: skip
     await asyncio.to_thread(store.check_writable)
     info = await asyncio.to_thread(inspect_dataset, dataset)
+    configuration = redact(config.model_dump(mode="json"), secrets)
     manifest = RunManifest(
         run_id=run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
-        dataset=info.model_dump(), configuration=redact(config.model_dump(mode="json"), secrets), versions=package_versions(),
+        dataset=info.model_dump(), configuration=configuration, versions=package_versions(),
     )  # fmt: skip
+    kept: dict[int, RowResult] = {}
+    if resume:
+        manifest, kept = await asyncio.to_thread(prepare_resume, store, manifest, info.fingerprint)
+        logger.info(f"Resuming {store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run")
     await asyncio.to_thread(store.write_manifest, manifest)
     trial_task = run_trial
     if storage is not None and storage._block_document_id is not None:
@@ -129,9 +142,11 @@ async def evaluation_sweep(
         f"agent {config.agent}, {config.n_concurrent} at a time; results under {store.uri()}"
     )
 
-    finished: list[RowResult] = []
+    finished: list[RowResult] = list(kept.values())
     slots = asyncio.Semaphore(config.n_concurrent)
     tracker = RowTracker(info.ids)
+    for result in finished:
+        tracker.set(result.row_id, result.status)
     running: dict[str, asyncio.Task[None]] = {}
 
     async def serve_control() -> None:
@@ -211,6 +226,9 @@ async def evaluation_sweep(
         async with CancelScope(get_run_context().flow_run.id, logger) as scope:
             control = asyncio.create_task(serve_control())
             for index, row in rows:
+                if index in kept:
+                    await progress.advance()
+                    continue
                 if not await acquire_or_cancel(slots, scope):
                     never_started = [(index, row), *rows]
                     break
@@ -248,6 +266,32 @@ async def evaluation_sweep(
     if scope.requested.is_set():
         return Cancelled(message=f"Sweep cancelled ({scope.reason}); finished rows kept in {results_uri}", data=summary)
     return summary
+
+
+#: Backend fields that change capacity or local paths, not what a row computes.
+RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_dir"})
+
+
+def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult]]:
+    """Check that the run can be continued; keep its finished rows, drop the rest."""
+    try:
+        previous = RunManifest.model_validate_json(store.read_bytes("manifest.json"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"resume: {store.uri()} has no manifest.json; give the folder of an earlier run.") from None
+    if previous.state == "Completed":
+        raise ConfigurationError(f"resume: {store.uri()} already completed; start a new sweep instead.")
+    if previous.dataset.get("fingerprint") != fingerprint:
+        raise ConfigurationError(f"resume: the dataset changed since run {previous.run_id} (its rows differ); resume with the same dataset or start a new sweep.")
+    changed = sorted(
+        key for key in {*previous.configuration, *manifest.configuration} - RESUMABLE_DIFFERENCES
+        if previous.configuration.get(key) != manifest.configuration.get(key)
+    )  # fmt: skip
+    if changed:
+        raise ConfigurationError(f"resume: the backend configuration changed since run {previous.run_id} ({', '.join(changed)}); use the same configuration or start a new sweep.")
+    kept = {r.row_index: r for r in store.read_results() if r.status in ("success", "failure")}
+    store.restart_from(list(kept.values()))
+    resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
+    return resumed, kept
 
 
 def record_never_started(store: RunStore, rows, config: HarborBackend, finished: list[RowResult], batch: int = 1000) -> None:

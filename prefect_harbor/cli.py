@@ -83,6 +83,7 @@ def sweep(
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
     storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
+    resume: Annotated[str | None, typer.Option(help="Continue this crashed or cancelled run's folder (same dataset and backend).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -103,7 +104,8 @@ def sweep(
 
     state = asyncio.run(
         evaluation_sweep(
-            dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency, return_state=True
+            dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
+            resume=resume, return_state=True,
         )
     )
     summary = state.result(raise_on_failure=False)

@@ -16,6 +16,7 @@ summary say exactly where those files are. At the end they are pushed once more.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -55,6 +56,7 @@ class RunManifest(BaseModel):
     results_uri: str | None = None
     rows_written: int = 0
     local_fallback: str | None = Field(default=None, description="Where files the storage refused are kept.")
+    resumed: int = Field(default=0, description="How many times this run was resumed.")
     unsent_files: list[str] = Field(default_factory=list)
 
 
@@ -181,7 +183,25 @@ class RunStore:
     def open(cls, run_url: str, storage_options: dict[str, Any] | None = None) -> RunStore:
         """The store of an existing run folder, e.g. ``results/20261129T181500Z-1a2b3c4d``."""
         root, _, run_id = run_url.rstrip("/").rpartition("/")
-        return cls(root or ".", run_id, fallback_dir=Path(".prefect-harbor-unsent"), storage_options=storage_options)
+        return cls(root or ".", run_id, fallback_dir=Path(tempfile.gettempdir()) / "prefect-harbor" / "unsent" / run_id, storage_options=storage_options)
+
+    def read_results(self) -> list[RowResult]:
+        """Every row already recorded: from ``results.parquet``, else from the parts."""
+        for relative in ("results.parquet", "parts"):
+            path = f"{self.run_path}/{relative}"
+            if self.fs.exists(path):
+                records = pq.read_table(path, filesystem=self.fs).to_pylist()
+                return [RowResult.model_validate({**r, "rewards": dict(r["rewards"] or [])}) for r in records]
+        return []
+
+    def restart_from(self, kept: list[RowResult]) -> None:
+        """Drop the recorded rows a resumed run will redo (and old control requests, already
+        answered); keep ``kept`` as one part."""
+        for relative in ("results.parquet", "parts", "control"):
+            if self.fs.exists(f"{self.run_path}/{relative}"):
+                self.fs.rm(f"{self.run_path}/{relative}", recursive=True)
+        if kept:
+            self.write_rows(sorted(kept, key=lambda r: r.row_index))
 
     # ---------------------------------------------------------------- end of run
 

@@ -164,3 +164,40 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
     final = json.loads((await asyncio.to_thread(cli, "status", run, "--json")).stdout)
     assert final["state"] == "Completed" and final["counts"] == {"cancelled": 5}
     assert marked_processes(marker) == []
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
+    marker = f"resume-{os.getpid()}"
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "quick")
+    write_task(tasks, "slow", solve=f"bash -c 'sleep 6 & wait' {marker}")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in [("a", "quick"), ("b", "slow"), ("c", "quick")]))
+    backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=1, cleanup_successful_trials=False)
+    first = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
+    await wait_for(lambda: marked_processes(marker), what="the slow row to run")
+    async with get_client() as client:
+        running = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
+        )
+        (run,) = [r for r in running if r.parameters.get("dataset") == str(dataset)]
+        await client.set_flow_run_state(run.id, Cancelling(), force=True)
+    assert (await first).is_cancelled()
+    (folder,) = (tmp_path / "results").glob("*/manifest.json")
+    folder = str(folder.parent)
+    first_a = next(r for r in pq.read_table(Path(folder) / "results.parquet").to_pylist() if r["row_id"] == "a")
+    assert first_a["status"] == "success"
+
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(dataset.read_text().replace('"c"', '"c2"'))
+    refused = await evaluation_sweep(dataset=str(changed), backend=backend, resume=folder, return_state=True)
+    assert refused.is_failed() and "the dataset changed" in refused.message
+
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, resume=folder)
+    rows = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}
+    assert {k: r["status"] for k, r in rows.items()} == {"a": "success", "b": "success", "c": "success"}
+    assert rows["a"]["trial_name"] == first_a["trial_name"], "a finished row was run again"
+    assert len(list((tmp_path / "trials").glob("*/a__*"))) == 1
+    manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    assert (manifest["state"], manifest["resumed"]) == ("Completed", 1)
