@@ -1,5 +1,7 @@
 """Small Harbor tasks written by tests, for behaviours the bundled examples do not have."""
 
+import shutil
+import subprocess
 from pathlib import Path
 
 
@@ -14,3 +16,14 @@ def write_task(root: Path, name: str, solve: str = "true", test: str = "echo 1 >
     (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
     (task / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test}\n")
     return task
+
+
+def git_task_repo(repo: Path, task: Path, path_in_repo: str = "tasks/hello") -> tuple[str, str]:
+    """A local git repository holding ``task`` at ``path_in_repo``: (its file:// URL, the commit)."""
+    shutil.copytree(task, repo / path_in_repo)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "task"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    return f"file://{repo}", commit

@@ -2,7 +2,6 @@
 
 import asyncio
 import shutil
-import subprocess
 
 import pytest
 
@@ -12,6 +11,7 @@ from prefect_harbor.rows import DatasetRow
 from prefect_harbor.sources import RowRejected, TaskResolver, parse_task_ref
 
 from paths import EXAMPLE_TASKS
+from tasks_factory import git_task_repo
 
 
 def backend(**policy) -> HarborBackend:
@@ -25,14 +25,7 @@ def row(ref, **metadata) -> DatasetRow:
 @pytest.fixture(scope="module")
 def git_repo(tmp_path_factory):
     """A local git repository holding one task at tasks/hello; yields (file URL, commit)."""
-    repo = tmp_path_factory.mktemp("repo")
-    shutil.copytree(EXAMPLE_TASKS / "reward-txt", repo / "tasks" / "hello")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "task"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    return f"file://{repo}", commit
+    return git_task_repo(tmp_path_factory.mktemp("repo"), EXAMPLE_TASKS / "reward-txt")
 
 
 def test_refs_parse_the_osmosis_way():

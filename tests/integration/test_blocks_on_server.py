@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -19,6 +18,7 @@ from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.sweep import resolve_backend
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+from tasks_factory import git_task_repo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -69,21 +69,15 @@ async def test_a_saved_block_that_no_longer_validates_fails_before_any_trial(tmp
 
 
 async def test_a_git_sourced_row_runs_in_a_sweep(tmp_path):
-    repo = tmp_path / "repo"
-    shutil.copytree(EXAMPLE_TASKS / "reward-txt", repo / "tasks" / "hello")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "task"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    url, commit = git_task_repo(tmp_path / "repo", EXAMPLE_TASKS / "reward-txt")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(
-        json.dumps({"id": "from-git", "metadata": {"harbor_task": "tasks/hello", "git_url": f"file://{repo}", "git_commit_id": commit}}) + "\n"
+        json.dumps({"id": "from-git", "metadata": {"harbor_task": "tasks/hello", "git_url": url, "git_commit_id": commit}}) + "\n"
         + json.dumps({"id": "refused", "metadata": {"harbor_task": "tasks/hello", "git_url": "https://example.invalid/x.git", "git_commit_id": commit}}) + "\n"
     )  # fmt: skip
     backend = HarborBackend(
         tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"),
-        task_sources=TaskSourcePolicy(allowed_git_url_prefixes=[f"file://{repo}"]),
+        task_sources=TaskSourcePolicy(allowed_git_url_prefixes=[url]),
     )  # fmt: skip
     summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"))
     rows = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}

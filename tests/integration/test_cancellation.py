@@ -48,6 +48,16 @@ def slow_and_queued(tmp_path: Path, marker: str) -> Path:
     return dataset
 
 
+async def running_sweep_of(dataset: Path):
+    """The running flow run sweeping ``dataset``."""
+    async with get_client() as client:
+        running = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
+        )
+    (run,) = [r for r in running if r.parameters.get("dataset") == str(dataset)]
+    return run
+
+
 async def wait_for(predicate, timeout: float = 120, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -63,12 +73,9 @@ async def test_cancelling_the_flow_run_stops_every_trial_and_keeps_the_record(tm
     sweep = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
     await wait_for(lambda: len(marked_processes(marker)) == 2, what="both slow trials to be running")
 
+    run = await running_sweep_of(dataset)
+    requested = time.monotonic()
     async with get_client() as client:
-        running = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
-        )
-        (run,) = [r for r in running if r.flow_id and r.parameters.get("dataset") == str(dataset)]
-        requested = time.monotonic()
         await client.set_flow_run_state(run.id, Cancelling(), force=True)
     await wait_for(lambda: not marked_processes(marker), timeout=30, what="the sandboxes to be gone")
     gone_after = time.monotonic() - requested
@@ -177,11 +184,8 @@ async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
     backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=1, cleanup_successful_trials=False)
     first = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
     await wait_for(lambda: marked_processes(marker), what="the slow row to run")
+    run = await running_sweep_of(dataset)
     async with get_client() as client:
-        running = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
-        )
-        (run,) = [r for r in running if r.parameters.get("dataset") == str(dataset)]
         await client.set_flow_run_state(run.id, Cancelling(), force=True)
     assert (await first).is_cancelled()
     (folder,) = (tmp_path / "results").glob("*/manifest.json")
