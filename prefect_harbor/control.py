@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-RowStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
+LiveStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
 STATUS_FILE = "status.json"
 CONTROL_FOLDER = "control"
@@ -43,11 +43,11 @@ class RowTracker:
     """Every row's status while the sweep runs (ids from the dataset's first pass)."""
 
     def __init__(self, ids: list[str]):
-        self.statuses: dict[str, RowStatus] = dict.fromkeys(ids, "queued")
+        self.statuses: dict[str, LiveStatus] = dict.fromkeys(ids, "queued")
         self.cancelled_ids: set[str] = set()
         self.version = 0
 
-    def set(self, row_id: str, status: RowStatus) -> None:
+    def set(self, row_id: str, status: LiveStatus) -> None:
         if self.statuses.get(row_id) != status:
             self.statuses[row_id] = status
             self.version += 1
@@ -83,5 +83,5 @@ class RowTracker:
         return dispositions, running
 
 
-def status_of(status_file: dict, row_id: str) -> RowStatus:
+def status_of(status_file: dict, row_id: str) -> LiveStatus:
     return status_file.get("rows", {}).get(row_id, "unknown")
