@@ -82,6 +82,7 @@ async def evaluation_sweep(
     storage_block: str | None = None,
     concurrency: int | None = None,
     resume: str | None = None,
+    rerun_failed: str | None = None,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -94,6 +95,8 @@ async def evaluation_sweep(
         concurrency: Overrides the backend's ``n_concurrent`` for this run.
         resume: The folder of a crashed or cancelled run of the same dataset and backend to
             continue: its finished rows are kept, the others run.
+        rerun_failed: The folder of an earlier run: a new run of only its failed and
+            cancelled rows, with new row ids (``<id>~rerun``) that point to the originals.
 
     Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
     when a slot frees up, so a large dataset never becomes thousands of pending task
@@ -116,10 +119,16 @@ async def evaluation_sweep(
     )  # fmt: skip
     await asyncio.to_thread(store.check_writable)
     info = await asyncio.to_thread(inspect_dataset, dataset)
+    reruns: dict[str, str] | None = None
+    if rerun_failed:
+        previous = RunStore.open(rerun_failed, storage.storage_options() if storage else None)
+        reruns = await asyncio.to_thread(rerun_ids, previous, info.ids)
+        info = info.model_copy(update={"ids": list(reruns.values()), "rows": len(reruns)})
+        logger.info(f"Re-running {len(reruns)} failed or cancelled rows of {previous.uri()}")
     configuration = redact(config.model_dump(mode="json"), secrets)
     manifest = RunManifest(
         run_id=run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
-        dataset=info.model_dump(), configuration=configuration, versions=package_versions(),
+        dataset=info.model_dump(), configuration=configuration, versions=package_versions(), rerun_of=rerun_failed,
     )  # fmt: skip
     kept: dict[int, RowResult] = {}
     if resume:
@@ -220,7 +229,7 @@ async def evaluation_sweep(
         tracker.set(row.id, result.status)
         await asyncio.shield(record(result))
 
-    rows = enumerate(iter_rows(dataset))
+    rows = enumerate(iter_rows(dataset) if reruns is None else rerun_rows(iter_rows(dataset), reruns))
     pending: set[asyncio.Task[None]] = set()
     try:
         async with CancelScope(get_run_context().flow_run.id, logger) as scope:
@@ -292,6 +301,24 @@ def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> 
     store.restart_from(list(kept.values()))
     resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
     return resumed, kept
+
+
+def rerun_ids(previous: RunStore, dataset_ids: list[str]) -> dict[str, str]:
+    """Original id -> new id for the previous run's failed and cancelled rows, in dataset order."""
+    failed = {r.row_id for r in previous.read_results() if r.status in ("failure", "cancelled")}
+    if not failed:
+        raise ConfigurationError(f"rerun_failed: {previous.uri()} has no failed or cancelled rows (or no results).")
+    return {row_id: f"{row_id}~rerun" for row_id in dataset_ids if row_id in failed}
+
+
+def rerun_rows(rows, reruns: dict[str, str]):
+    """Only the rows to re-run, under their new ids; the original id stays in their metadata."""
+    for row in rows:
+        if row.id in reruns:
+            update = {"id": reruns[row.id]}
+            if isinstance(row, DatasetRow):
+                update["metadata"] = {**row.metadata, "original_row_id": row.id}
+            yield row.model_copy(update=update)
 
 
 def record_never_started(store: RunStore, rows, config: HarborBackend, finished: list[RowResult], batch: int = 1000) -> None:

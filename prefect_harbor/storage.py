@@ -57,6 +57,7 @@ class RunManifest(BaseModel):
     rows_written: int = 0
     local_fallback: str | None = Field(default=None, description="Where files the storage refused are kept.")
     resumed: int = Field(default=0, description="How many times this run was resumed.")
+    rerun_of: str | None = Field(default=None, description="The run whose failed and cancelled rows this run re-runs.")
     unsent_files: list[str] = Field(default_factory=list)
 
 

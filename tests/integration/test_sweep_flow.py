@@ -101,3 +101,24 @@ async def test_failed_trials_are_kept_and_their_directory_recorded(tmp_path):
     (row,) = pq.read_table(summary.results_uri).to_pylist()
     assert (row["status"], row["exception_type"], row["err_phase"]) == ("failure", "RewardFileNotFoundError", "verifier")
     assert (Path(row["trial_dir"]) / "result.json").is_file()
+
+
+async def test_rerun_failed_makes_a_new_run_of_only_the_failed_rows(tmp_path):
+    from tasks_factory import write_task
+
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "passes")
+    write_task(tasks, "fails", test="echo 'no reward file written'")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": n, "metadata": {"harbor_task_id": t}}) + "\n" for n, t in [("p", "passes"), ("f", "fails")]))
+    backend = dataset_backend(tmp_path, tasks)
+    first = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"))
+    assert (first.success, first.failure) == (1, 1)
+    first_folder = first.results_uri.removeprefix("file://").rsplit("/", 1)[0]
+
+    second = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rerun_failed=first_folder)
+    assert second.run_id != first.run_id
+    (row,) = pq.read_table(second.results_uri).to_pylist()
+    assert row["row_id"] == "f~rerun" and row["status"] == "failure"
+    manifest = json.loads(Path(second.results_uri.removeprefix("file://")).with_name("manifest.json").read_text())
+    assert manifest["rerun_of"] == first_folder and manifest["dataset"]["rows"] == 1
