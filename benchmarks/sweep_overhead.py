@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -109,6 +110,7 @@ async def main(rows: int, concurrency: int, repeats: int) -> None:
     print(f"{'raw harbor trials (no Prefect)':<34}{raw:>9.2f}{raw / rows * 1000:>9.0f}")
     print(f"{'evaluation-sweep flow':<34}{flow:>9.2f}{flow / rows * 1000:>9.0f}")
     print(f"flow / raw ratio: {flow / raw:.2f}  ({rows} rows, concurrency {concurrency}; Prefect server start {server_start:.1f} s not included)")
+    print(f"peak RSS of this process (raw run, then flow run): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

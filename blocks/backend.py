@@ -54,7 +54,10 @@ class HarborBackend(Block):
         default=None, description="Preinstall the bundle's requirements once per task image (default: on whenever there is a bundle)."
     )
     agent_setup_timeout_sec: float | None = Field(default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
-    max_queue_depth: int | None = Field(default=None, description="Most rows admitted but not yet running (at least 1); unbounded when empty.")
+    max_queue_depth: int | None = Field(
+        default=None,
+        description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits admitted; kept for compatibility.",
+    )
     n_concurrent: int = Field(default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
     task_sources: TaskSourcePolicy = Field(default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
 

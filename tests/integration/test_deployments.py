@@ -114,3 +114,37 @@ def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
 
     (results,) = (tmp_path / "results").glob("*/results.parquet")
     assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
+
+
+def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_server, served, tmp_path):
+    """serve() SIGTERMs the flow process and SIGKILLs it 30 s later; the sweep must be done well before."""
+    from test_cancellation import marked_processes, slow_and_queued
+
+    marker = f"cancel-served-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    save_backend(served, "served-slow", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
+    wait_for_deployment(ui_server, "sweep")
+    started = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={dataset}",
+         "--param", "backend_block=served-slow", "--param", f"results={tmp_path / 'results'}"],
+        env=served, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    flow_run_id = next(line.split()[-1] for line in started.stdout.splitlines() if "UUID" in line)
+    deadline = time.monotonic() + 180
+    while len(marked_processes(marker)) < 2:
+        assert time.monotonic() < deadline, "the slow trials never started"
+        time.sleep(0.2)
+    requested = time.monotonic()
+    subprocess.run([str(BIN / "prefect"), "flow-run", "cancel", flow_run_id], env=served, check=True, capture_output=True)
+    while marked_processes(marker):
+        assert time.monotonic() - requested < 25, "sandboxes were still running near serve()'s 30 s kill"
+        time.sleep(0.1)
+    gone_after = time.monotonic() - requested
+    while httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"] != "CANCELLED":
+        assert time.monotonic() - requested < 90
+        time.sleep(0.5)
+    print(f"served run: cancel -> sandboxes gone {gone_after:.2f} s, -> CANCELLED {time.monotonic() - requested:.2f} s")
+    import pyarrow.parquet as pq
+
+    (results,) = (tmp_path / "results").glob("*/results.parquet")
+    assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
