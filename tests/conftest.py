@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -154,10 +155,8 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def screenshots() -> "Path":
+def screenshots() -> Path:
     """Where UI tests save screenshots (kept after the run: look at them)."""
-    from pathlib import Path
-
     folder = Path(os.environ.get("PREFECT_HARBOR_SCREENSHOTS", Path(__file__).parent.parent / "test-artifacts" / "screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder

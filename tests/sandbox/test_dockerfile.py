@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import pytest
 
 from prefect_harbor.sandbox.dockerfile import UnsupportedDockerfileError, parse_dockerfile
 
