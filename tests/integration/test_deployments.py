@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from deployment_helpers import BIN, api_env, wait_for_deployment
@@ -39,8 +40,6 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "COMPLETED" in run.stdout.upper()
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
-    import pyarrow.parquet as pq
-
     assert pq.read_table(results).num_rows == 5
 
 
@@ -83,50 +82,22 @@ def test_a_process_worker_runs_the_prefect_yaml_deployment(worker, tmp_path):
     assert list((tmp_path / "by-worker").glob("*/results.parquet"))
 
 
-def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
+def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sandbox_deadline: float) -> tuple[float, float]:
+    """Start the `sweep` deployment on two slow rows and three queued ones, cancel it with
+    `prefect flow-run cancel` once both slow trials run; check every row ends `cancelled`.
+
+    Returns seconds from the cancel request to the last sandbox gone and to CANCELLED.
+    """
     from test_cancellation import marked_processes, slow_and_queued
 
-    marker = f"cancel-worker-{os.getpid()}"
+    marker = f"cancel-{name}-{os.getpid()}"
     dataset = slow_and_queued(tmp_path, marker)
-    save_backend(worker, "slow-rows", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
+    save_backend(env, f"{name}-slow", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
+    wait_for_deployment(base, "sweep")
     started = subprocess.run(
         [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={dataset}",
-         "--param", "backend_block=slow-rows", "--param", f"results={tmp_path / 'results'}"],
-        env=worker, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    flow_run_id = next(line.split()[-1] for line in started.stdout.splitlines() if "UUID" in line)
-    deadline = time.monotonic() + 180
-    while len(marked_processes(marker)) < 2:
-        assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-3000:]
-        time.sleep(0.2)
-    requested = time.monotonic()
-    subprocess.run([str(BIN / "prefect"), "flow-run", "cancel", flow_run_id], env=worker, check=True, capture_output=True)
-    while marked_processes(marker):
-        assert time.monotonic() - requested < 60, "sandboxes survived the cancellation"
-        time.sleep(0.1)
-    gone_after = time.monotonic() - requested
-    while httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"] != "CANCELLED":
-        assert time.monotonic() - requested < 90, httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"]
-        time.sleep(0.5)
-    print(f"worker run: cancel -> sandboxes gone {gone_after:.2f} s, -> CANCELLED {time.monotonic() - requested:.2f} s")
-    import pyarrow.parquet as pq
-
-    (results,) = (tmp_path / "results").glob("*/results.parquet")
-    assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
-
-
-def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_server, served, tmp_path):
-    """serve() SIGTERMs the flow process and SIGKILLs it 30 s later; the sweep must be done well before."""
-    from test_cancellation import marked_processes, slow_and_queued
-
-    marker = f"cancel-served-{os.getpid()}"
-    dataset = slow_and_queued(tmp_path, marker)
-    save_backend(served, "served-slow", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
-    wait_for_deployment(ui_server, "sweep")
-    started = subprocess.run(
-        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={dataset}",
-         "--param", "backend_block=served-slow", "--param", f"results={tmp_path / 'results'}"],
-        env=served, capture_output=True, text=True, check=True,
+         "--param", f"backend_block={name}-slow", "--param", f"results={tmp_path / 'results'}"],
+        env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     flow_run_id = next(line.split()[-1] for line in started.stdout.splitlines() if "UUID" in line)
     deadline = time.monotonic() + 180
@@ -134,16 +105,25 @@ def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_ser
         assert time.monotonic() < deadline, "the slow trials never started"
         time.sleep(0.2)
     requested = time.monotonic()
-    subprocess.run([str(BIN / "prefect"), "flow-run", "cancel", flow_run_id], env=served, check=True, capture_output=True)
+    subprocess.run([str(BIN / "prefect"), "flow-run", "cancel", flow_run_id], env=env, check=True, capture_output=True)
     while marked_processes(marker):
-        assert time.monotonic() - requested < 25, "sandboxes were still running near serve()'s 30 s kill"
+        assert time.monotonic() - requested < sandbox_deadline, "sandboxes survived the cancellation"
         time.sleep(0.1)
     gone_after = time.monotonic() - requested
-    while httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state_type"] != "CANCELLED":
-        assert time.monotonic() - requested < 90
+    while (state := httpx.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state_type"]) != "CANCELLED":
+        assert time.monotonic() - requested < 90, state
         time.sleep(0.5)
-    print(f"served run: cancel -> sandboxes gone {gone_after:.2f} s, -> CANCELLED {time.monotonic() - requested:.2f} s")
-    import pyarrow.parquet as pq
-
     (results,) = (tmp_path / "results").glob("*/results.parquet")
     assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
+    return gone_after, time.monotonic() - requested
+
+
+def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
+    gone, cancelled = cancel_a_running_sweep(ui_server, worker, tmp_path, "worker", sandbox_deadline=60)
+    print(f"worker run: cancel -> sandboxes gone {gone:.2f} s, -> CANCELLED {cancelled:.2f} s")
+
+
+def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_server, served, tmp_path):
+    """serve() SIGTERMs the flow process and SIGKILLs it 30 s later; the sweep must be done well before."""
+    gone, cancelled = cancel_a_running_sweep(ui_server, served, tmp_path, "served", sandbox_deadline=25)
+    print(f"served run: cancel -> sandboxes gone {gone:.2f} s, -> CANCELLED {cancelled:.2f} s")
