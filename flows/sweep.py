@@ -25,7 +25,7 @@ from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH as SANDBOX_IMPORT_PATH
 from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
 from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
 from prefect_harbor.sources import TaskResolver
-from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values
+from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
 from prefect_harbor.tasks import archive_trial, inspect_dataset, run_trial
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
@@ -36,12 +36,6 @@ CONTROL_POLL_SECONDS = 1.0
 def new_run_id() -> str:
     """Sortable and unique: ``20261129T181500Z-1a2b3c4d`` (the flow run's id when there is one)."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{current_flow_run_id()[:8]}"
-
-
-def run_location(run_folder: str) -> tuple[str, str]:
-    """``<root>/<run_id>`` split into its results root and run id."""
-    root, _, run_id = run_folder.rstrip("/").rpartition("/")
-    return root or ".", run_id
 
 
 def current_flow_run_id() -> str:
@@ -112,7 +106,7 @@ async def evaluation_sweep(
         config = config.model_copy(update={"n_concurrent": concurrency})
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
     secrets = secret_values(config.native_agent_kwargs)
-    root, run_id = run_location(resume) if resume else (storage.url if storage else results, new_run_id())
+    root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id)
     store = RunStore(
         root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,

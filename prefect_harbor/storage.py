@@ -183,8 +183,8 @@ class RunStore:
     @classmethod
     def open(cls, run_url: str, storage_options: dict[str, Any] | None = None) -> RunStore:
         """The store of an existing run folder, e.g. ``results/20261129T181500Z-1a2b3c4d``."""
-        root, _, run_id = run_url.rstrip("/").rpartition("/")
-        return cls(root or ".", run_id, fallback_dir=Path(tempfile.gettempdir()) / "prefect-harbor" / "unsent" / run_id, storage_options=storage_options)
+        root, run_id = split_run_folder(run_url)
+        return cls(root, run_id, fallback_dir=Path(tempfile.gettempdir()) / "prefect-harbor" / "unsent" / run_id, storage_options=storage_options)
 
     def read_results(self) -> list[RowResult]:
         """Every row already recorded: from ``results.parquet``, else from the parts."""
@@ -235,6 +235,12 @@ class RunStore:
             except (StorageUnavailable, FileNotFoundError):
                 self.logger.warning(f"Could not remove {self.uri('parts')}; results.parquet holds every row")
         return location
+
+
+def split_run_folder(run_folder: str) -> tuple[str, str]:
+    """``<root>/<run_id>`` split into its results root and run id."""
+    root, _, run_id = run_folder.rstrip("/").rpartition("/")
+    return root or ".", run_id
 
 
 def _with_short_client_retries(url: str, options: dict[str, Any]) -> dict[str, Any]:
