@@ -8,8 +8,12 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
+from prefect_harbor.blocks.endpoint import ModelEndpoint
+from prefect_harbor.bundles import BundleSpec, project_dir_for
+
 from prefect_harbor.config import (
     DEFAULT_MODEL_NAME,
+    MODEL_AGENTS,
     NATIVE_AGENTS,
     ConfigurationError,
     TaskMode,
@@ -42,6 +46,9 @@ class HarborBackend(Block):
     )
     native_agent_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
     model_name: str = Field(default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
+    model_endpoint: ModelEndpoint | None = Field(
+        default=None, description="Where model-backed agents (terminus-2, mini-swe-agent, workflows) send requests; its key is never stored in results."
+    )
     grader: str | None = Field(default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
     workflow_config: str | None = Field(default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
     grader_config: str | None = Field(default=None, description="Import path 'module:attr' of the grader's config, re-imported in the sandbox.")
@@ -97,6 +104,19 @@ class HarborBackend(Block):
             raise ConfigurationError("agent: set an agent (a native name or 'module:Class'), or a bundle= wheel that provides one.")
         if self.native_agent_kwargs and not self.is_native:
             raise ConfigurationError("native_agent_kwargs: configures native Harbor agents only; workflow agents take workflow_config.")
+        if self.agent in MODEL_AGENTS and self.model_endpoint is None:
+            raise ConfigurationError(
+                f"model_endpoint: {self.agent} needs a model endpoint; set model_endpoint (a Model Endpoint block), "
+                "or pass --model-endpoint BLOCK or --model-base-url URL --model-api-key-env VAR."
+            )
+        if self.workflow_config and self.is_native:
+            raise ConfigurationError("workflow_config: configures an AgentWorkflow agent ('module:Class'); native agents take native_agent_kwargs.")
+        if self.grader_config and self.grader is None:
+            raise ConfigurationError("grader_config: configures a grader; set grader ('module:Class') or unset it.")
+        if self.bundle is not None and self.code_dir is not None:
+            raise ConfigurationError("bundle: a prebuilt wheel replaces building code_dir; give one of them.")
+        if self.bundle is None and self.code_dir is not None and not self.has_bundle:
+            raise ConfigurationError("code_dir: only used to build a workflow bundle; set a workflow agent ('module:Class') or a grader, or unset it.")
         if self.patch_dockerfile_with_sdk and not self.has_bundle:
             raise ConfigurationError("patch_dockerfile_with_sdk: needs a bundle (a workflow agent, a grader, or bundle=); unset it.")
         self._check_tasks_dir()
@@ -128,6 +148,24 @@ class HarborBackend(Block):
     def has_bundle(self) -> bool:
         """Whether a workflow bundle exists: a workflow agent, a grader, or a prebuilt wheel."""
         return self.bundle is not None or (self.agent is not None and not self.is_native) or self.grader is not None
+
+    @property
+    def is_workflow(self) -> bool:
+        """Whether the agent is an Osmosis AgentWorkflow run by the harness (not a native agent)."""
+        return not self.is_native
+
+    def bundle_spec(self) -> BundleSpec | None:
+        """What to build into the bundle (None with a prebuilt ``bundle`` or when none is needed)."""
+        if self.bundle is not None or not self.has_bundle:
+            return None
+        workflow = None if self.is_native else self.agent
+        anchor = workflow or self.grader
+        assert anchor is not None
+        code_dir = self.code_dir or project_dir_for(anchor, "agent" if workflow else "grader")
+        return BundleSpec(
+            code_dir=code_dir, workflow=workflow, grader=self.grader,
+            workflow_config=self.workflow_config if workflow else None, grader_config=self.grader_config if self.grader else None,
+        )  # fmt: skip
 
     def revalidated(self) -> HarborBackend:
         """Check the configuration again against the filesystem as it is now."""

@@ -11,12 +11,13 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Cancelled
-from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
-from prefect_harbor.config import ConfigurationError, describe
+from prefect_harbor.config import ConfigurationError
+from prefect_harbor.flows.bundle import build_bundle_flow
+from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.cancellation import CancelScope, acquire_or_cancel, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, SweepSummary
@@ -43,28 +44,6 @@ def current_flow_run_id() -> str:
         return str(get_run_context().flow_run.id)
     except Exception:  # called outside a flow run
         return uuid.uuid4().hex
-
-
-async def load_block[B: (HarborBackend, ResultsStorage)](block_type: type[B], name: str, field: str) -> B:
-    """Load a saved block by name; a missing or no-longer-valid one is a configuration error."""
-    try:
-        return await block_type.aload(name)
-    except ValueError as error:
-        raise ConfigurationError(f"{field}: {error}") from error
-    except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
-        cause = error.__cause__
-        reason = describe(cause) if isinstance(cause, ValidationError) else str(cause or error)
-        raise ConfigurationError(f"{field} {name!r} is no longer valid: {reason}") from error
-
-
-async def resolve_backend(backend: HarborBackend | None, backend_block: str | None) -> HarborBackend:
-    """The configuration by block name or inline, checked again against the disk as it is now."""
-    if (backend is None) == (backend_block is None):
-        raise ConfigurationError("give exactly one of `backend` (inline) or `backend_block` (a saved Harbor Backend block's name).")
-    if backend_block is not None:
-        return await load_block(HarborBackend, backend_block, "backend_block")
-    assert backend is not None
-    return backend.revalidated()
 
 
 @flow(name="evaluation-sweep", retries=0, validate_parameters=True)
@@ -105,9 +84,11 @@ async def evaluation_sweep(
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
-    secrets = secret_values(config.native_agent_kwargs)
+    # Before anything is written: a project that cannot be bundled is a configuration error.
+    bundle = await build_bundle_flow(backend=config) if config.has_bundle else None
+    secrets = secret_values(config.native_agent_kwargs) + endpoint_secrets(config)
     root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
-    run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id)
+    run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle)
     store = RunStore(
         root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
     )  # fmt: skip
@@ -269,6 +250,12 @@ async def evaluation_sweep(
     if scope.requested.is_set():
         return Cancelled(message=f"Sweep cancelled ({scope.reason}); finished rows kept in {results_uri}", data=summary)
     return summary
+
+
+def endpoint_secrets(config: HarborBackend) -> list[str]:
+    """The model endpoint's key: scrubbed from every trial tree before anything is archived."""
+    endpoint = config.model_endpoint
+    return [endpoint.api_key.get_secret_value()] if endpoint is not None and endpoint.api_key is not None else []
 
 
 #: Backend fields that change capacity or local paths, not what a row computes.

@@ -34,6 +34,14 @@ Mode = Annotated[TaskMode, typer.Option(help="template: the prompt becomes instr
 Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")]
 Grader = Annotated[str | None, typer.Option(help="An Osmosis Grader 'module:Class' for tasks without tests/test.sh.")]
 BackendBlock = Annotated[str | None, typer.Option(help="Use a saved Harbor Backend block instead of the flags above.")]
+CodeDir = Annotated[Path | None, typer.Option(help="The workflow's project (pyproject.toml + one package); inferred from --agent when omitted.")]
+WorkflowConfig = Annotated[str | None, typer.Option(help="The workflow's config, 'module:attr' (re-imported in the sandbox).")]
+GraderConfig = Annotated[str | None, typer.Option(help="The grader's config, 'module:attr' (re-imported in the sandbox).")]
+BundleWheel = Annotated[Path | None, typer.Option("--bundle", help="A prebuilt bundle wheel, instead of building --code-dir.")]
+Model = Annotated[str | None, typer.Option(help="Model for model-backed agents (a row's metadata.harbor_model overrides it).")]
+EndpointBlock = Annotated[str | None, typer.Option(help="A saved Model Endpoint block for model-backed agents.")]
+BaseUrl = Annotated[str | None, typer.Option(help="An OpenAI-compatible base URL, instead of --model-endpoint.")]
+KeyEnv = Annotated[str | None, typer.Option(help="The environment variable holding the key for --model-base-url (never the key itself).")]
 
 
 @app.callback()
@@ -52,11 +60,16 @@ def _prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
-def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode, agent: str, grader: str | None):
+def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode, agent: str, grader: str | None, **flags):
     """The backend from a saved block, or from the flags; exits 2 with the reason."""
     from prefect_harbor.blocks import HarborBackend
 
+    endpoint_flags = {key: flags.pop(key, None) for key in ("model_endpoint", "model_base_url", "model_api_key_env")}
+    flags = {key: value for key, value in flags.items() if value is not None}
     if backend_block is not None:
+        given = [f"--{key.replace('_', '-')}" for key, value in {**flags, **endpoint_flags}.items() if value is not None]
+        if given:
+            raise fail(f"--backend-block: the saved block holds the whole configuration; drop {', '.join(given)} (or edit the block).")
         _prefect_defaults()
         from prefect_harbor.flows.sweep import resolve_backend
 
@@ -66,10 +79,40 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
             raise fail(str(error)) from None
     if tasks_dir is None:
         raise fail("give --tasks-dir (with --mode/--agent), or --backend-block NAME")
+    if "model" in flags:
+        flags["model_name"] = flags.pop("model")
+    if "bundle" in flags and agent == "oracle":
+        agent = None  # the bundle's workflow is the agent
     try:
-        return HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader)
+        endpoint = endpoint_from_flags(**endpoint_flags)
+        return HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader, model_endpoint=endpoint, **flags)
     except ValidationError as error:
         raise fail(describe(error)) from None
+    except ConfigurationError as error:
+        raise fail(str(error)) from None
+
+
+def endpoint_from_flags(model_endpoint: str | None, model_base_url: str | None, model_api_key_env: str | None):
+    """The endpoint from a saved block, or from a URL plus the NAME of a variable holding the key."""
+    from prefect_harbor.blocks import ModelEndpoint
+
+    if model_endpoint is not None and (model_base_url or model_api_key_env):
+        raise ConfigurationError("--model-endpoint: a saved block replaces --model-base-url/--model-api-key-env; give one or the other.")
+    if model_api_key_env is not None and model_base_url is None:
+        raise ConfigurationError("--model-api-key-env: names the key for --model-base-url; add --model-base-url URL.")
+    if model_endpoint is not None:
+        _prefect_defaults()
+        from prefect_harbor.flows.configuration import load_block
+
+        return asyncio.run(load_block(ModelEndpoint, model_endpoint, "model_endpoint"))
+    if model_base_url is None:
+        return None
+    key = None
+    if model_api_key_env is not None:
+        key = os.environ.get(model_api_key_env)
+        if not key:
+            raise ConfigurationError(f"--model-api-key-env: the environment variable {model_api_key_env} is not set; export it first.")
+    return ModelEndpoint(base_url=model_base_url, api_key=key)
 
 
 @app.command()
@@ -79,6 +122,14 @@ def sweep(
     mode: Mode = "dataset",
     agent: Agent = "oracle",
     grader: Grader = None,
+    code_dir: CodeDir = None,
+    workflow_config: WorkflowConfig = None,
+    grader_config: GraderConfig = None,
+    bundle: BundleWheel = None,
+    model: Model = None,
+    model_endpoint: EndpointBlock = None,
+    model_base_url: BaseUrl = None,
+    model_api_key_env: KeyEnv = None,
     backend_block: BackendBlock = None,
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
     storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
@@ -89,7 +140,10 @@ def sweep(
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
     """Run every dataset row as a Harbor trial and write the results as Parquet."""
-    backend = load_backend(backend_block, tasks_dir, mode, agent, grader)
+    backend = load_backend(
+        backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir, workflow_config=workflow_config, grader_config=grader_config,
+        bundle=bundle, model=model, model_endpoint=model_endpoint, model_base_url=model_base_url, model_api_key_env=model_api_key_env,
+    )  # fmt: skip
     try:
         info = scan_dataset(dataset)
     except DatasetError as error:
@@ -136,7 +190,7 @@ def check(
     """Preflight: validate the configuration, list the tasks and their reward source, scan for v0.2 APIs."""
     from prefect_harbor.migration import scan_for_removed_apis
 
-    backend = load_backend(backend_block, tasks_dir, mode, agent, grader)
+    backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None)
     console = Console()
     console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent}")
     problems = 0

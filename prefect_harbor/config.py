@@ -18,6 +18,8 @@ from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
 TaskMode = Literal["template", "dataset"]
 #: The native Harbor agents the Osmosis backend binds by name.
 NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
+#: Native agents that call a model, and so need a model endpoint.
+MODEL_AGENTS = ("terminus-2", "mini-swe-agent")
 #: Osmosis's default model for model-backed agents.
 DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
 #: Pre-v0.3 HarborBackend keywords and what replaces them (the seed's migration table).

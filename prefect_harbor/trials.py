@@ -23,6 +23,7 @@ from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
 from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
@@ -34,22 +35,37 @@ _TIMEOUT_EXCEPTIONS = frozenset(
 
 @dataclass(frozen=True)
 class RunContext:
-    """Where one sweep run keeps its local trial directories."""
+    """What every row of one sweep run shares: local directories and prepared runtimes."""
 
     run_id: str
     trials_dir: Path
+    #: The workflow bundle and its prepared environment, when the backend has one.
+    bundle: BundleRuntime | None = None
+    #: Extra read-only mounts every trial's environment needs (prepared agent runtimes).
+    mounts: tuple[dict, ...] = ()
 
     @property
     def tasks_copy_dir(self) -> Path:
         return self.trials_dir / "_tasks"
+
+    def input_path(self, trial_name: str) -> Path:
+        """The row's container input for the workflow harness (holds the key: deleted after the trial)."""
+        return self.tasks_copy_dir / f"{trial_name}.input.json"
 
 
 def trial_name_for(row_id: str) -> str:
     return f"{path_safe(row_id)}__{uuid.uuid4().hex[:7]}"
 
 
-def prepare_task(row: DatasetRow, backend: HarborBackend, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter) -> Path:
-    """Copy the row's task to ``destination`` (a private copy per row) and stage the row."""
+def prepare_task(
+    row: DatasetRow, backend: HarborBackend, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter,
+    bundle: BundleRuntime | None = None,
+) -> Path:  # fmt: skip
+    """Copy the row's task to ``destination`` (a private copy per row) and stage the row.
+
+    A task with its own ``tests/test.sh`` is scored by it, even when a grader is configured;
+    otherwise the bundle's grader is staged as the verifier.
+    """
     source = task.path
     for path in [source, *source.rglob("*")]:
         if path.is_symlink():
@@ -66,7 +82,31 @@ def prepare_task(row: DatasetRow, backend: HarborBackend, task: ResolvedTask, de
             instruction.write_text(json.dumps(row.prompt, default=str))
         elif not instruction.is_file():
             raise RowRejected(f"task {task.name} has no instruction and no prompt")
+    if not (destination / "tests" / "test.sh").is_file() and bundle is not None and bundle.bundle.grader_script:
+        stage_grader(destination, bundle, container_input(row.id, prompt_of(row, backend), row.metadata, label_text(row.label), "", None))
     return destination
+
+
+def prompt_of(row: DatasetRow, backend: HarborBackend) -> list:
+    """The prompt a workflow receives: the row's in template mode; in dataset mode the task's instruction (added in the trial)."""
+    if backend.task_mode != "template" or not row.prompt:
+        return []
+    return row.prompt
+
+
+def label_text(label: object) -> str | None:
+    """Osmosis labels are strings: other JSON values are passed as their JSON text."""
+    return label if label is None or isinstance(label, str) else json.dumps(label)
+
+
+def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) -> None:
+    """Write the row's container input for the harness: prompt, metadata, endpoint; the label stays out."""
+    endpoint = backend.model_endpoint
+    key = endpoint.api_key.get_secret_value() if endpoint is not None and endpoint.api_key is not None else None
+    document = container_input(row.id, prompt_of(row, backend), row.metadata, None, endpoint.base_url if endpoint else "", key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, default=str))
+    path.chmod(0o600)
 
 
 def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
@@ -74,16 +114,19 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
     if backend.is_native:
         agent = AgentConfig(name=backend.agent, model_name=model_name, kwargs=dict(backend.native_agent_kwargs))
     else:
-        agent = AgentConfig(import_path=backend.agent, model_name=model_name)
+        if run.bundle is None:
+            raise RowRejected("a workflow agent needs its bundle, and none was prepared for this run")
+        agent = harness_agent_config(run.bundle, run.input_path(trial_name), model_name)
     if backend.agent_setup_timeout_sec is not None:
         agent.override_setup_timeout_sec = backend.agent_setup_timeout_sec
     environment = backend.environment
+    mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle else [])]
     return TrialConfig(
         task=TaskConfig(path=task_path),
         trials_dir=run.trials_dir,
         trial_name=trial_name,
         agent=agent,
-        environment=EnvironmentConfig(type=environment.type, import_path=environment.import_path, kwargs=environment.kwargs),
+        environment=EnvironmentConfig(type=environment.type, import_path=environment.import_path, kwargs=environment.kwargs, mounts=mounts or None),
     )
 
 
@@ -113,7 +156,9 @@ async def run_row(
     try:
         task = await resolver.resolve(row)
         base = base.model_copy(update={"task": task.name, "trial_name": trial_name})
-        task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger)
+        task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger, run.bundle)
+        if backend.is_workflow:
+            await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))
         trial = await Trial.create(build_trial_config(backend, row, task_path, run, trial_name))
     except RowRejected as rejected:
         return _failed(base, rejected.category, str(rejected), started)
@@ -125,10 +170,36 @@ async def run_row(
             on_grading()
 
         trial.add_hook(TrialEvent.VERIFICATION_START, grading)
-    result = await trial.run()
+    try:
+        result = await trial.run()
+    finally:
+        run.input_path(trial_name).unlink(missing_ok=True)
     row_result = outcome(base, result)
+    if backend.is_workflow:
+        row_result = workflow_outcome(row_result, read_container_result(run.trials_dir / trial_name / "agent"))
     row_result.trial_dir = str(run.trials_dir / trial_name)
     return row_result
+
+
+def workflow_outcome(row: RowResult, container_result: dict | None) -> RowResult:
+    """Apply the workflow's own report: its failure is the row's cause; no sample means nothing to grade.
+
+    Osmosis's order: a Harbor agent-phase error already decided the row; then a workflow
+    that reported failure; then a success without a sample is a validation error.
+    """
+    messages = sample_messages(container_result)
+    row = row.model_copy(update={"final_messages": json.dumps(messages, default=str) if messages else None})
+    if row.status == "cancelled" or (row.status == "failure" and row.err_phase in ("setup", "environment_setup", "agent_setup", "agent")):
+        return row
+    if container_result is None:
+        return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": "the workflow left no container_result.json"})
+    if container_result.get("status") != "success":
+        message = container_result.get("err_message") or "the workflow reported failure"
+        return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": message})
+    if messages is None and row.status == "success":
+        message = "No sample to grade: the workflow returned no messages and registered no sample"
+        return row.model_copy(update={"status": "failure", "reward": None, "err_category": "validation_error", "err_phase": "grading", "err_message": message})
+    return row
 
 
 def cancelled_result(base: RowResult, run: RunContext | None, trial_name: str | None, started: bool) -> RowResult:

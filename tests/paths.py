@@ -12,3 +12,7 @@ EXPECTED_ORACLE_REWARDS = {
     "background-process": 1.0,
     "no-network": 1.0,
 }
+
+#: The example Osmosis v0.3 project (AgentWorkflow + Grader) and its tasks and datasets.
+OSMOSIS_EXAMPLE = REPO / "examples" / "osmosis"
+OSMOSIS_PROJECT = OSMOSIS_EXAMPLE / "arithmetic-agent"

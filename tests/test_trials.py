@@ -8,7 +8,7 @@ import pytest
 from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 
-from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.results import RowResult
 from prefect_harbor.rows import DatasetRow
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
@@ -99,7 +99,8 @@ def test_tasks_with_symlinks_are_refused(tmp_path):
 
 def test_harbor_model_overrides_the_model_for_native_agents_only():
     row = DatasetRow(id="r", metadata={"harbor_model": "openai/other"})
-    native = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="terminus-2")
+    endpoint = ModelEndpoint(base_url="http://127.0.0.1:9/v1")
+    native = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="terminus-2", model_endpoint=endpoint)
     workflow = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow")
     assert model_for(native, row) == "openai/other"
     assert model_for(workflow, row) == "openai/osmosis-rollout"

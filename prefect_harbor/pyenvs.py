@@ -1,0 +1,120 @@
+"""Python environments prepared once on the host and mounted read-only into sandboxes.
+
+A trial must not download anything: there is no internet on the machines this runs on,
+and installing the same requirements in every trial is slow everywhere. The
+requirements of a workflow bundle, or of a native agent that runs inside the sandbox
+(mini-swe-agent), are installed once per content hash into a virtual environment built
+from this host's Python. Each trial sees that environment read-only at the same path,
+together with the interpreter it links to and the ``uv`` binary that installs the
+per-trial wheel: the local-sandbox counterpart of Osmosis's Dockerfile patch.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect_harbor.config import ConfigurationError
+
+_COMPLETE_MARKER = ".prefect-harbor-complete"
+
+
+class EnvironmentBuildError(ConfigurationError):
+    """Installing an environment's requirements failed (the message carries uv's output)."""
+
+
+def cache_root() -> Path:
+    """Where bundles and prepared environments are cached (``PREFECT_HARBOR_CACHE`` overrides)."""
+    configured = os.environ.get("PREFECT_HARBOR_CACHE")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return (base / "prefect-harbor").resolve()
+
+
+def uv_binary() -> Path:
+    """The real ``uv`` executable (not a shell shim, which would not work inside a sandbox)."""
+    try:
+        import uv
+
+        found = Path(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        on_path = shutil.which("uv")
+        found = Path(on_path) if on_path else None
+    if found is None or not found.is_file():
+        raise ConfigurationError("uv is not installed: install it with `pip install uv` (bundles are built and installed with uv).")
+    return found.resolve()
+
+
+@dataclass(frozen=True)
+class PreparedEnv:
+    """A virtual environment on the host that sandboxes mount read-only at the same path."""
+
+    path: Path
+    base_prefix: Path
+    uv: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+    def mounts(self) -> list[dict]:
+        """Harbor ``EnvironmentConfig.mounts`` entries that make the environment usable inside."""
+        paths = [self.base_prefix, self.path, self.uv]
+        return [{"type": "bind", "source": str(p), "target": str(p), "read_only": True} for p in paths]
+
+
+def prepare_env(
+    requirements: Sequence[str], *, root: Path | None = None, logger: logging.Logger | logging.LoggerAdapter | None = None
+) -> tuple[PreparedEnv, bool]:
+    """The environment holding ``requirements``, built now or reused; returns it and whether it was cached.
+
+    Content-addressed by the requirements, the interpreter and uv's version, so two
+    bundles with the same dependencies share one environment. Concurrent callers wait on
+    a file lock instead of building twice; a half-built environment is rebuilt.
+    """
+    log = logger or logging.getLogger(__name__)
+    uv = uv_binary()
+    base_prefix = Path(sys.base_prefix).resolve()
+    key = _key(list(requirements), base_prefix, uv)
+    envs = (root or cache_root()) / "envs"
+    envs.mkdir(parents=True, exist_ok=True)
+    target = envs / key
+    env = PreparedEnv(path=target, base_prefix=base_prefix, uv=uv)
+    with open(envs / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / _COMPLETE_MARKER).is_file():
+            log.info(f"Reusing the prepared environment {target} ({len(requirements)} requirements)")
+            return env, True
+        shutil.rmtree(target, ignore_errors=True)
+        log.info(f"Preparing an environment with {len(requirements)} requirements at {target}")
+        # Built in place: a virtual environment's scripts name its own absolute path.
+        _uv(uv, ["venv", "--quiet", "--python", sys._base_executable, str(target)], "creating the environment")
+        if requirements:
+            requirements_file = target / "requirements.txt"
+            requirements_file.write_text("\n".join(requirements) + "\n")
+            _uv(uv, ["pip", "install", "--quiet", "--python", env.python, "-r", str(requirements_file)], f"installing {', '.join(requirements)}")
+        (target / _COMPLETE_MARKER).write_text(json.dumps({"requirements": list(requirements)}))
+    return env, False
+
+
+def _key(requirements: list[str], base_prefix: Path, uv: Path) -> str:
+    version = subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    material = json.dumps({"requirements": requirements, "python": str(base_prefix), "version": sys.version, "uv": version})
+    return hashlib.sha256(material.encode()).hexdigest()[:20]
+
+
+def _uv(uv: Path, args: list[str], what: str) -> None:
+    completed = subprocess.run([str(uv), *args], capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        output = (completed.stderr or completed.stdout).strip()[-2000:]
+        raise EnvironmentBuildError(f"{what} failed (uv exit {completed.returncode}):\n{output}")
