@@ -176,12 +176,17 @@ async def run_row(
         run.input_path(trial_name).unlink(missing_ok=True)
     row_result = outcome(base, result)
     if backend.is_workflow:
-        row_result = workflow_outcome(row_result, read_container_result(run.trials_dir / trial_name / "agent"))
+        trial_dir = run.trials_dir / trial_name
+        row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), _read_text(trial_dir / "verifier" / "test-stdout.txt"))
     row_result.trial_dir = str(run.trials_dir / trial_name)
     return row_result
 
 
-def workflow_outcome(row: RowResult, container_result: dict | None) -> RowResult:
+#: What Osmosis's grader runner raises when ``grade()`` set no reward (then no reward file exists).
+NO_REWARD_AFTER_GRADING = "Sample has no reward after grading"
+
+
+def workflow_outcome(row: RowResult, container_result: dict | None, verifier_output: str = "") -> RowResult:
     """Apply the workflow's own report: its failure is the row's cause; no sample means nothing to grade.
 
     Osmosis's order: a Harbor agent-phase error already decided the row; then a workflow
@@ -196,6 +201,8 @@ def workflow_outcome(row: RowResult, container_result: dict | None) -> RowResult
     if container_result.get("status") != "success":
         message = container_result.get("err_message") or "the workflow reported failure"
         return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": message})
+    if row.status == "failure" and row.err_phase == "verifier" and NO_REWARD_AFTER_GRADING in verifier_output:
+        return row.model_copy(update={"err_category": "validation_error", "err_phase": "grading", "err_message": f"{NO_REWARD_AFTER_GRADING} (the grader never called ctx.set_reward)"})
     if messages is None and row.status == "success":
         message = "No sample to grade: the workflow returned no messages and registered no sample"
         return row.model_copy(update={"status": "failure", "reward": None, "err_category": "validation_error", "err_phase": "grading", "err_message": message})
@@ -327,6 +334,13 @@ def _metrics(result: TrialResult) -> dict[str, float | int | None]:
         "output_tokens": context.n_output_tokens,
         "cost_usd": context.cost_usd,
     }
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _remove(*paths: Path) -> None:
