@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Cancelled
@@ -18,12 +20,14 @@ from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, R
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import load_block, resolve_backend
+from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.flows.cancellation import CancelScope, acquire_or_cancel, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
 from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH as SANDBOX_IMPORT_PATH
 from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
+from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
@@ -56,6 +60,7 @@ async def evaluation_sweep(
     concurrency: int | None = None,
     resume: str | None = None,
     rerun_failed: str | None = None,
+    prewarm: bool = True,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -70,6 +75,8 @@ async def evaluation_sweep(
             continue: its finished rows are kept, the others run.
         rerun_failed: The folder of an earlier run: a new run of only its failed and
             cancelled rows, with new row ids (``<id>~rerun``) that point to the originals.
+        prewarm: First set up each selected task once (install-only, no credentials); the
+            rows of a task that fails it fail at once with its reason.
 
     Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
     when a slot frees up, so a large dataset never becomes thousands of pending task
@@ -86,9 +93,10 @@ async def evaluation_sweep(
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
     # Before anything is written: a project that cannot be bundled is a configuration error.
     bundle = await build_bundle_flow(backend=config) if config.has_bundle else None
+    mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     secrets = secret_values(config.native_agent_kwargs) + endpoint_secrets(config)
     root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
-    run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle)
+    run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
     store = RunStore(
         root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
     )  # fmt: skip
@@ -110,6 +118,9 @@ async def evaluation_sweep(
         manifest, kept = await asyncio.to_thread(prepare_resume, store, manifest, info.fingerprint)
         logger.info(f"Resuming {store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run")
     await asyncio.to_thread(store.write_manifest, manifest)
+    if prewarm:
+        prewarmed = await prewarm_all(config, run, info.task_ids)
+        run = dataclasses.replace(run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
     trial_task = run_trial
     if storage is not None and storage._block_document_id is not None:
         # Prefect's own task results persist to the same storage (a saved block is required).
@@ -253,9 +264,14 @@ async def evaluation_sweep(
 
 
 def endpoint_secrets(config: HarborBackend) -> list[str]:
-    """The model endpoint's key: scrubbed from every trial tree before anything is archived."""
+    """The model endpoint's key, and Harbor's masked form of it (``sk-t****xyz``, which still
+    shows seven of its characters): scrubbed from every trial tree before anything is archived."""
     endpoint = config.model_endpoint
-    return [endpoint.api_key.get_secret_value()] if endpoint is not None and endpoint.api_key is not None else []
+    if endpoint is None or endpoint.api_key is None or not endpoint.api_key.get_secret_value():
+        return []
+    key = endpoint.api_key.get_secret_value()
+    masked = redact_sensitive_value(key)
+    return [key] if masked == "****" else [key, masked]
 
 
 #: Backend fields that change capacity or local paths, not what a row computes.

@@ -136,6 +136,7 @@ def sweep(
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
     resume: Annotated[str | None, typer.Option(help="Continue this crashed or cancelled run's folder (same dataset and backend).")] = None,
     rerun_failed: Annotated[str | None, typer.Option(help="A new run of only this earlier run's failed and cancelled rows.")] = None,
+    prewarm: Annotated[bool, typer.Option(help="First set up each selected task once (install-only); its rows fail at once if that fails.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -160,7 +161,7 @@ def sweep(
     state = asyncio.run(
         evaluation_sweep(
             dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-            resume=resume, rerun_failed=rerun_failed, return_state=True,
+            resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, return_state=True,
         )
     )
     summary = state.result(raise_on_failure=False)

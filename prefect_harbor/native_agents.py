@@ -30,12 +30,9 @@ scrub.
 from __future__ import annotations
 
 import copy
-import fcntl
 import logging
 import shlex
-import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, override
@@ -187,7 +184,6 @@ def _mini_config(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- preparation
 
-_BYTECODE_MARKER = ".prefect-harbor-bytecode"
 _prepared: dict[tuple[str, Path], PreparedEnv] = {}
 _prepared_lock = threading.Lock()
 
@@ -212,32 +208,8 @@ def _prepared_env(agent: str, logger: logging.Logger | logging.LoggerAdapter | N
         env = _prepared.get(key)
         if env is None or not Path(env.python).exists():
             env, _ = prepare_env(list(MINI_SWE_AGENT_REQUIREMENTS), logger=logger)
-            compile_bytecode(env, logger)
             _prepared[key] = env
         return env
-
-
-def compile_bytecode(env: PreparedEnv, logger: logging.Logger | logging.LoggerAdapter | None = None) -> bool:
-    """Compile the environment's modules once; returns whether it compiled now.
-
-    Sandboxes mount the environment read-only, so Python cannot cache bytecode there:
-    without this, every trial would recompile litellm (about 10 s more per start).
-    """
-    log = logger or logging.getLogger(__name__)
-    marker = env.path / _BYTECODE_MARKER
-    if marker.is_file():
-        return False
-    with open(env.path.parent / f"{env.path.name}.bytecode.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file():
-            return False
-        log.info(f"Compiling the bytecode of {env.path} (once; trials mount it read-only)")
-        started = time.monotonic()
-        # Exit status 1 only means some file did not compile (tests or templates written
-        # for other Python versions); those are simply left uncompiled.
-        subprocess.run([env.python, "-m", "compileall", "-q", "-j0", str(env.path / "lib")], capture_output=True, check=False)
-        marker.write_text(f"{time.monotonic() - started:.1f} s\n")
-    return True
 
 
 class PreparedMiniSweAgentOptions(MiniSweAgentOptions):

@@ -175,15 +175,19 @@ class DatasetInfo(BaseModel):
     fingerprint: str = Field(description="sha256 over every parsed row in order; changes when any row does.")
     problems: int
     ids: list[str] = Field(default_factory=list, exclude=True, description="Row ids in order (for live status).")
+    task_ids: list[str] = Field(default_factory=list, exclude=True, description="The metadata.harbor_task_id values the rows select (for prewarm).")
 
 
 def scan_dataset(url: str, storage_options: dict[str, Any] | None = None) -> DatasetInfo:
     """Read the whole dataset once before any trial: a bad file or duplicate ids fail here."""
     digest = hashlib.sha256()
     ids: list[str] = []
+    task_ids: set[str] = set()
     problems = 0
     for row in iter_rows(url, storage_options):
         digest.update(row.model_dump_json().encode())
         ids.append(row.id)
         problems += isinstance(row, RowProblem)
-    return DatasetInfo(url=url, rows=len(ids), fingerprint=digest.hexdigest(), problems=problems, ids=ids)
+        if isinstance(row, DatasetRow) and row.task_id and "harbor_task" not in row.metadata:
+            task_ids.add(row.task_id)
+    return DatasetInfo(url=url, rows=len(ids), fingerprint=digest.hexdigest(), problems=problems, ids=ids, task_ids=sorted(task_ids))

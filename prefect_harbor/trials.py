@@ -13,17 +13,19 @@ import math
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TimingInfo, TrialResult
 from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.config import DEFAULT_MODEL_NAME
 from prefect_harbor.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
+from prefect_harbor.native_agents import native_agent_config
 from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
@@ -43,6 +45,8 @@ class RunContext:
     bundle: BundleRuntime | None = None
     #: Extra read-only mounts every trial's environment needs (prepared agent runtimes).
     mounts: tuple[dict, ...] = ()
+    #: Task name -> why its prewarm failed: its rows fail at once with that reason.
+    prewarm_failures: dict[str, str] = field(default_factory=dict)
 
     @property
     def tasks_copy_dir(self) -> Path:
@@ -111,8 +115,12 @@ def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) ->
 
 def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
     model_name = model_for(backend, row)
+    mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle else [])]
     if backend.is_native:
-        agent = AgentConfig(name=backend.agent, model_name=model_name, kwargs=dict(backend.native_agent_kwargs))
+        assert backend.agent is not None
+        setup = native_agent_config(backend.agent, model_name, backend.model_endpoint, backend.native_agent_kwargs)
+        agent = setup.agent
+        mounts += [m for m in setup.mounts if m not in mounts]
     else:
         if run.bundle is None:
             raise RowRejected("a workflow agent needs its bundle, and none was prepared for this run")
@@ -120,7 +128,6 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
     if backend.agent_setup_timeout_sec is not None:
         agent.override_setup_timeout_sec = backend.agent_setup_timeout_sec
     environment = backend.environment
-    mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle else [])]
     return TrialConfig(
         task=TaskConfig(path=task_path),
         trials_dir=run.trials_dir,
@@ -131,11 +138,19 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
 
 
 def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
-    """``metadata.harbor_model`` overrides the model for native agents; oracle needs none."""
+    """The row's model: ``metadata.harbor_model`` (native agents), else the backend's, else the endpoint's default.
+
+    Oracle needs none.
+    """
     if backend.agent == "oracle":
         return None
     override = row.metadata.get("harbor_model") if backend.is_native else None
-    return str(override) if override else backend.model_name
+    if override:
+        return str(override)
+    endpoint = backend.model_endpoint
+    if backend.model_name == DEFAULT_MODEL_NAME and endpoint is not None and endpoint.model:
+        return endpoint.model
+    return backend.model_name
 
 
 def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend) -> RowResult:
@@ -156,6 +171,8 @@ async def run_row(
     try:
         task = await resolver.resolve(row)
         base = base.model_copy(update={"task": task.name, "trial_name": trial_name})
+        if task.name in run.prewarm_failures:
+            raise RowRejected(f"task {task.name} failed prewarm: {run.prewarm_failures[task.name]}")
         task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger, run.bundle)
         if backend.is_workflow:
             await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))

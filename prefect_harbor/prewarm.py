@@ -1,0 +1,82 @@
+"""Prewarm, Osmosis's way: set every selected task up once before its rows run.
+
+One install-only Harbor trial per task (``TrialConfig.install_only``: environment started,
+agent set up, no agent run, verifier off) with no credentials. A task whose environment
+or agent setup fails is known before its rows start, so its rows fail at once with that
+reason instead of each failing slowly in its own trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from harbor.trial.trial import Trial
+from pydantic import BaseModel, Field
+
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.blocks.endpoint import ModelEndpoint
+from prefect_harbor.rows import DatasetRow
+from prefect_harbor.sources import ResolvedTask, RowRejected
+from prefect_harbor.trials import RunContext, build_trial_config, prepare_task, stage_workflow_input, trial_name_for
+
+#: Install-only trials never call a model: their agents are wired to this unroutable address.
+NO_ENDPOINT = ModelEndpoint(base_url="http://127.0.0.1:9/prewarm-makes-no-model-calls")
+
+
+class PrewarmResult(BaseModel):
+    """How one task's setup went."""
+
+    task: str
+    ok: bool
+    seconds: float = Field(description="Wall time of the install-only trial.")
+    error: str | None = None
+
+
+def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[ResolvedTask | str]:
+    """The tasks to set up: the template, or the dataset's task ids (unknown ids are returned as strings)."""
+    if backend.task_mode == "template":
+        return [ResolvedTask(name=backend.tasks_dir.name, path=backend.tasks_dir)]
+    targets: list[ResolvedTask | str] = []
+    for task_id in task_ids or []:
+        path = (backend.tasks_dir / task_id).resolve()
+        ok = path.is_relative_to(backend.tasks_dir) and path != backend.tasks_dir and (path / "task.toml").is_file()
+        targets.append(ResolvedTask(name=task_id, path=path) if ok else task_id)
+    return targets
+
+
+async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunContext, logger: logging.Logger | logging.LoggerAdapter) -> PrewarmResult:
+    """Run one install-only trial of ``task``; never raises for a failure of the task itself."""
+    started = time.perf_counter()
+    template = backend.task_mode == "template"
+    row = DatasetRow(id=f"prewarm-{task.name}", prompt=[{"role": "user", "content": "prewarm"}] if template else None)
+    trial_name = trial_name_for(row.id)
+    # No credentials: the endpoint (and its key) is replaced, and the agent never runs anyway.
+    uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
+    copy = run.tasks_copy_dir / trial_name
+    try:
+        task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
+        if backend.is_workflow:
+            await asyncio.to_thread(stage_workflow_input, row, uncredentialed, run.input_path(trial_name))
+        config = build_trial_config(uncredentialed, row, task_path, run, trial_name)
+        config.install_only = True
+        config.verifier.disable = True
+        result = await (await Trial.create(config)).run()
+        error = result.exception_info
+        message = f"{error.exception_type}: {error.exception_message}" if error else None
+    except RowRejected as rejected:
+        message = str(rejected)
+    except Exception as error:  # Trial.create raises what the task's environment definition raised
+        message = f"{type(error).__name__}: {error}"
+    finally:
+        for leftover in (copy, run.trials_dir / trial_name):
+            await asyncio.to_thread(shutil.rmtree, leftover, True)
+        run.input_path(trial_name).unlink(missing_ok=True)
+    return PrewarmResult(task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message)
+
+
+def unknown_task(task_id: str, tasks_dir: Path) -> PrewarmResult:
+    return PrewarmResult(task=task_id, ok=False, seconds=0.0, error=f"unknown harbor task id {task_id!r} (no task directory under {tasks_dir})")

@@ -1,0 +1,23 @@
+"""The per-task prewarm step: one install-only trial, retry-free."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.prewarm import PrewarmResult, prewarm_task
+from prefect_harbor.sources import ResolvedTask
+from prefect_harbor.trials import RunContext
+
+
+@task(name="prewarm", task_run_name="prewarm {task.name}", retries=0, cache_policy=NO_CACHE, persist_result=False)
+async def prewarm_trial(task: ResolvedTask, backend: HarborBackend, run: RunContext) -> PrewarmResult:
+    """Set the task's environment and agent up once, with no credentials and no verifier."""
+    logger = get_run_logger()
+    result = await prewarm_task(task, backend, run, logger)
+    if result.ok:
+        logger.info(f"Prewarmed {task.name} in {result.seconds:.2f} s")
+    else:
+        logger.error(f"Prewarm of {task.name} failed: {result.error}")
+    return result

@@ -1,0 +1,61 @@
+"""Prewarm: each selected task is set up once, install-only, before its rows; a failure fails its rows at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from prefect.client.orchestration import get_client
+
+from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows.prewarm import PREWARM_KEY, prewarm_flow
+
+from tasks_factory import write_task
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    """A good task and one whose Dockerfile the sandbox cannot honour."""
+    root = tmp_path / "tasks"
+    write_task(root, "good")
+    bad = write_task(root, "bad")
+    (bad / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN apt-get install -y cowsay\n")
+    return root
+
+
+def backend(tmp_path: Path, tasks: Path) -> HarborBackend:
+    return HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+
+
+async def test_a_task_that_fails_prewarm_fails_its_rows_with_the_reason(tmp_path, tasks):
+    dataset = tmp_path / "rows.jsonl"
+    rows = [{"id": f"{task}-{n}", "metadata": {"harbor_task_id": task}} for task in ("good", "bad") for n in range(2)]
+    dataset.write_text("\n".join(json.dumps(r) for r in rows))
+
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend(tmp_path, tasks), results=str(tmp_path / "results"))
+
+    table = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}
+    assert [table[f"good-{n}"]["reward"] for n in range(2)] == [1.0, 1.0]
+    for n in range(2):
+        row = table[f"bad-{n}"]
+        assert (row["status"], row["err_category"], row["err_phase"]) == ("failure", "validation_error", "setup")
+        assert row["err_message"].startswith("task bad failed prewarm: UnsupportedDockerfileError") and "RUN" in row["err_message"]
+        assert row["total_sec"] is None  # no trial was started for it
+    async with get_client() as client:
+        artifacts = await client.read_latest_artifacts()
+    assert any(a.key == PREWARM_KEY for a in artifacts)
+
+
+async def test_the_prewarm_flow_reports_each_task_and_leaves_no_trial(tmp_path, tasks):
+    results = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good", "bad", "missing"])
+
+    by_task = {r.task: r for r in results}
+    assert by_task["good"].ok and by_task["good"].error is None
+    assert not by_task["bad"].ok and "UnsupportedDockerfileError" in by_task["bad"].error
+    assert not by_task["missing"].ok and "unknown harbor task id 'missing'" in by_task["missing"].error
+    assert not any((tmp_path / "trials").rglob("result.json"))
