@@ -61,11 +61,11 @@ async def sandbox_start_stop(scratch: Path, repeats: int) -> list[float]:
 async def raw_trials(rows: int, concurrency: int, trials_dir: Path) -> float:
     slots = asyncio.Semaphore(concurrency)
 
-    async def one(n: int) -> None:
+    async def one(n: int, name: str) -> None:
         async with slots:
             trial = await Trial.create(
                 TrialConfig(
-                    task=TaskConfig(path=TASKS / QUICK_TASKS[n % len(QUICK_TASKS)]),
+                    task=TaskConfig(path=TASKS / name),
                     trials_dir=trials_dir, trial_name=f"raw{n}", agent=AgentConfig(name="oracle"),
                     environment=EnvironmentConfig(import_path=IMPORT_PATH),
                 )  # fmt: skip
@@ -74,19 +74,35 @@ async def raw_trials(rows: int, concurrency: int, trials_dir: Path) -> float:
             assert result.verifier_result is not None, result.exception_info
 
     began = time.perf_counter()
-    await asyncio.gather(*(one(n) for n in range(rows)))
+    await asyncio.gather(*(one(n, name) for n, name in enumerate(row_tasks(rows))))
     return time.perf_counter() - began
 
 
-async def flow_trials(rows: int, concurrency: int, scratch: Path) -> float:
+def row_tasks(rows: int, task_names: list[str] = QUICK_TASKS) -> list[str]:
+    """The task each of ``rows`` dataset rows runs: the names in turn."""
+    return [task_names[n % len(task_names)] for n in range(rows)]
+
+
+def write_dataset(path: Path, rows: int, task_names: list[str] = QUICK_TASKS) -> Path:
+    """A dataset-mode JSONL of ``rows`` rows ``r0, r1, ...`` over ``task_names`` in turn."""
+    with path.open("w") as out:
+        for n, name in enumerate(row_tasks(rows, task_names)):
+            out.write(json.dumps({"id": f"r{n}", "metadata": {"harbor_task_id": name}}) + "\n")
+    return path
+
+
+def sweep_backend(concurrency: int, trials_dir: Path, tasks_dir: Path = TASKS):
+    """The inline backend the benchmarks sweep with: oracle agent, dataset mode, the local sandbox."""
     from prefect_harbor.blocks import HarborBackend
+
+    return HarborBackend(tasks_dir=tasks_dir, task_mode="dataset", agent="oracle", n_concurrent=concurrency, trials_dir=str(trials_dir))
+
+
+async def flow_trials(rows: int, concurrency: int, scratch: Path) -> float:
     from prefect_harbor.flows import evaluation_sweep
 
-    dataset = scratch / "bench.jsonl"
-    dataset.write_text(
-        "".join(json.dumps({"id": f"r{n}", "metadata": {"harbor_task_id": QUICK_TASKS[n % len(QUICK_TASKS)]}}) + "\n" for n in range(rows))
-    )
-    backend = HarborBackend(tasks_dir=TASKS, task_mode="dataset", agent="oracle", n_concurrent=concurrency, trials_dir=str(scratch / "trials"))
+    dataset = write_dataset(scratch / "bench.jsonl", rows)
+    backend = sweep_backend(concurrency, scratch / "trials")
     began = time.perf_counter()
     summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(scratch / "results"))
     elapsed = time.perf_counter() - began
