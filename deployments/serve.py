@@ -7,7 +7,10 @@ Two deployments of ``evaluation-sweep``:
 * ``evaluation-sweep/nightly`` -- the same sweep on a schedule (cron, e.g. ``0 2 * * *``),
   when a dataset and a backend block are given for it.
 
-Each carries a deployment concurrency limit: a flood of ``prefect deployment run`` calls
+plus the sweep's first steps as deployments of their own, for running them ahead of a sweep
+(e.g. after a release of the agent project): ``build-bundle/build-bundle`` and ``prewarm/prewarm``.
+
+Each sweep deployment carries a deployment concurrency limit: a flood of ``prefect deployment run`` calls
 queues (ENQUEUE) instead of starting more sweeps than the machine can hold -- the
 pipeline's counterpart of the Osmosis backend's HTTP 429.
 """
@@ -21,6 +24,8 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLi
 from prefect.deployments.runner import RunnerDeployment
 
 from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows.bundle import build_bundle_flow
+from prefect_harbor.flows.prewarm import prewarm_flow
 
 TAGS = ["prefect-harbor", "evaluation"]
 
@@ -34,7 +39,7 @@ def sweep_deployments(
     cron: str = "0 2 * * *",
     interval_seconds: float | None = None,
 ) -> list[RunnerDeployment]:
-    """The on-demand deployment, plus the scheduled one when it has a dataset and a backend."""
+    """The on-demand sweep, bundle and prewarm deployments, plus the scheduled sweep when it has a dataset and a backend."""
     limit = ConcurrencyLimitConfig(limit=max_concurrent_sweeps, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
     deployments = [
         evaluation_sweep.to_deployment(
@@ -42,7 +47,9 @@ def sweep_deployments(
             description="Run a dataset as Harbor trials; give a backend block (or inline backend) and a dataset URL.",
             concurrency_limit=limit,
             tags=TAGS,
-        )
+        ),
+        build_bundle_flow.to_deployment(name="build-bundle", description="Build (or reuse) a backend's workflow bundle and its environment.", tags=TAGS),
+        prewarm_flow.to_deployment(name="prewarm", description="Set up each task of a backend once, install-only, and report per task.", tags=TAGS),
     ]
     if nightly_dataset and nightly_backend_block:
         schedule = {"interval": timedelta(seconds=interval_seconds)} if interval_seconds else {"cron": cron}

@@ -14,10 +14,10 @@ def api_env(base: str, tmp_path: Path) -> dict:
     return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path)}
 
 
-def wait_for_deployment(base: str, name: str, timeout: float = 90) -> dict:
+def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "evaluation-sweep") -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = httpx.get(f"{base}/api/deployments/name/evaluation-sweep/{name}")
+        response = httpx.get(f"{base}/api/deployments/name/{flow}/{name}")
         if response.status_code == 200:
             return response.json()
         time.sleep(0.5)

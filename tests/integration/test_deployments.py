@@ -14,6 +14,8 @@ from deployment_helpers import BIN, api_env, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
+#: Runs requested at once in the flood test.
+FLOOD = 3
 
 
 def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: str, timeout: float = 180) -> list[dict]:
@@ -41,6 +43,50 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert "COMPLETED" in run.stdout.upper()
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == 5
+
+
+def create_flow_run(base: str, deployment_id: str, parameters: dict) -> httpx.Response:
+    """POST a run of the deployment, retrying 503s as Prefect's own client does (SQLite is busy under load)."""
+    for _ in range(30):
+        response = httpx.post(f"{base}/api/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}, timeout=30)
+        if response.status_code != 503:
+            break
+        time.sleep(1)
+    return response
+
+
+@pytest.mark.timeout(480)
+def test_a_flood_of_deployment_runs_queues_behind_the_concurrency_limit(ui_server, served, tmp_path):
+    """Runs of the deployment requested at once: the ENQUEUE limit of 1 runs them one at a time, all to completion."""
+    deployment = wait_for_deployment(ui_server, "sweep")
+    results = str(tmp_path / "flood")
+    dataset = tmp_path / "one-row.jsonl"
+    dataset.write_text(json.dumps({"id": "words", "metadata": {"harbor_task_id": "reward-txt"}}) + "\n")
+    parameters = {"dataset": str(dataset), "backend_block": "deploy-examples", "results": results, "prewarm": False}
+    for _ in range(FLOOD):  # what `prefect deployment run` sends, without paying a CLI start-up per call
+        response = create_flow_run(ui_server, deployment["id"], parameters)
+        assert response.status_code == 201, response.text
+    most_running, deadline = 0, time.monotonic() + 420
+    while time.monotonic() < deadline:
+        runs = httpx.post(f"{ui_server}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment["id"]]}}}).json()
+        runs = [r for r in runs if r["parameters"].get("results") == results]
+        most_running = max(most_running, sum(r["state_type"] == "RUNNING" for r in runs))
+        if len(runs) == FLOOD and all(r["state_type"] == "COMPLETED" for r in runs):
+            break
+        time.sleep(0.25)
+    assert [r["state_type"] for r in runs] == ["COMPLETED"] * FLOOD, [(r["name"], r["state_type"]) for r in runs]
+    assert most_running == 1
+    assert len(list((tmp_path / "flood").glob("*/results.parquet"))) == FLOOD
+
+
+def test_the_prewarm_deployment_reports_each_task(ui_server, served, tmp_path):
+    wait_for_deployment(ui_server, "prewarm", flow="prewarm")
+    run = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "prewarm/prewarm", "--param", "backend_block=deploy-examples",
+         "--param", 'task_ids=["reward-txt", "no-network"]', "--watch"],
+        env=served, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0 and "COMPLETED" in run.stdout.upper(), run.stdout[-2000:] + run.stderr[-2000:]
 
 
 def test_the_scheduled_sweep_fires(ui_server, served, tmp_path):
