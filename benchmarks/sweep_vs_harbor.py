@@ -298,7 +298,6 @@ def server_check(api: str, flow_run_id: str, expected: int, settle: float, log: 
             "completed": history[-1],
             "not_final": count(["PENDING", "RUNNING", "SCHEDULED"]),
             "row_runs": count(name="row "),
-            "archive_runs": count(name="archive "),
             "settle_s": time.perf_counter() - began,
             "flow_run_state": flow_run["state"]["type"],
             "flow_run_start": flow_run.get("start_time"),
@@ -338,7 +337,7 @@ def main(arguments: argparse.Namespace) -> None:
             sweep = run_child("sweep", sweep_spec, env, arguments.cancel_after)
             sweep["server_cpu_s"] = session_cpu(server_pid) - cpu
             print(f"sweep done, load {load()}")
-            expected = 2 * rows + 1  # trial and archive per row, inspect-dataset (prewarm adds one per task)
+            expected = rows + 1  # one task run per row (trial, verification, archive), inspect-dataset (prewarm adds one per task)
             server = server_check(api, sweep["flow_run_id"], expected, arguments.settle, scratch / "server.log")
         report(rows, concurrency, harbor, sweep, server, expected)
     finally:
@@ -377,8 +376,8 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
         print(f"flow run started {flow_start - sweep['started_epoch']:.2f} s after the call; first sandbox {sweep['first_trial_epoch'] - flow_start:.2f} s after the flow run started")
     print(
         f"server: {server['task_runs_at_end']} task runs recorded when the sweep returned, {server['task_runs']} after {server['settle_s']:.0f} s "
-        f"({server['completed']} COMPLETED, {server['not_final']} not final; {server['row_runs']} 'row', {server['archive_runs']} 'archive'; "
-        f"expected {expected} = 2 per row + inspect-dataset, + prewarm per task); "
+        f"({server['completed']} COMPLETED, {server['not_final']} not final; {server['row_runs']} 'row'; "
+        f"expected {expected} = 1 per row + inspect-dataset, + prewarm per task); "
         f"flow run {server['flow_run_state']}; {server['dropped_event_lines']} dropped-event log lines"
     )
     ratio = sweep["wall_s"] / harbor["wall_s"] if harbor else math.nan

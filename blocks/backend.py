@@ -47,7 +47,7 @@ class HarborBackend(Block):
     native_agent_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
     model_name: str = Field(default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
     model_endpoint: ModelEndpoint | None = Field(
-        default=None, description="Where model-backed agents (terminus-2, mini-swe-agent, workflows) send requests; its key is never stored in results."
+        default=None, title="Model Endpoint", description="Where model-backed agents (terminus-2, mini-swe-agent, workflows) send requests; its key is never stored in results."
     )
     grader: str | None = Field(default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
     workflow_config: str | None = Field(default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
@@ -73,6 +73,12 @@ class HarborBackend(Block):
     def _no_legacy_keywords(cls, data: Any) -> Any:
         reject_legacy_keywords(data)
         return data
+
+    @field_validator("model_endpoint", mode="before")
+    @classmethod
+    def _empty_endpoint_is_none(cls, value: Any) -> Any:
+        # The Prefect UI submits an untouched optional nested block as {}.
+        return None if isinstance(value, dict) and not any(v not in (None, "") for v in value.values()) else value
 
     @field_validator("tasks_dir")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from uuid import UUID
 
@@ -22,12 +23,14 @@ PROGRESS_KEY = "evaluation-sweep-progress"
 
 
 class Progress:
-    """A progress artifact updated as rows finish (at most every 1 %, not per row)."""
+    """A progress artifact updated as rows finish: at most every ``interval`` seconds, and at the end."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, interval: float = 2.0):
         self.total = max(total, 1)
         self.done = 0
         self.shown = -1.0
+        self.shown_at = 0.0
+        self.interval = interval
         self.artifact_id: UUID | None = None
 
     async def start(self) -> None:
@@ -36,8 +39,9 @@ class Progress:
     async def advance(self) -> None:
         self.done += 1
         percent = round(100 * self.done / self.total, 1)
-        if self.artifact_id is not None and (percent - self.shown >= 1 or self.done == self.total):
-            self.shown = percent
+        due = percent > self.shown and time.monotonic() - self.shown_at >= self.interval
+        if self.artifact_id is not None and (due or self.done == self.total):
+            self.shown, self.shown_at = percent, time.monotonic()
             await aupdate_progress_artifact(self.artifact_id, percent)
 
 

@@ -13,6 +13,7 @@ from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Cancelled
+from prefect.utilities.annotations import quote
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
@@ -31,7 +32,7 @@ from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
-from prefect_harbor.tasks import archive_trial, inspect_dataset, run_trial
+from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
 
@@ -177,13 +178,17 @@ async def evaluation_sweep(
             await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot("Running"))
         return tracker.version
 
+    archiver = Archiver(backend=config, store=store, run=run, secrets=tuple(secrets))
+
     async def record(result: RowResult) -> None:
-        result = await archive_trial(result, config, store, run, secrets)
+        result = await asyncio.to_thread(archiver, result, logger)  # a no-op for rows the trial task archived
         await asyncio.to_thread(store.write_row, result)
         finished.append(result)
         await progress.advance()
         reward = "-" if result.reward is None else f"{result.reward:g}"
-        logger.info(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
+        # Successes at DEBUG: one API log record per row costs the Prefect server more than the row's bookkeeping.
+        log = logger.debug if result.status == "success" else logger.info
+        log(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
 
     async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
         trial_name = trial_name_for(row.id)
@@ -196,7 +201,9 @@ async def evaluation_sweep(
                 result = cancelled_result(base_result(row, index, config), None, None, started=False)
             else:
                 tracker.set(row.id, "running")
-                result = await trial_task(row, index, trial_name, config, resolver, run, lambda: tracker.set(row.id, "grading"))
+                result = await trial_task(
+                    row, index, trial_name, quote(config), quote(resolver), quote(run), quote(archiver), quote(lambda: tracker.set(row.id, "grading"))
+                )  # fmt: skip
         except asyncio.CancelledError:
             if not deliberate():
                 raise

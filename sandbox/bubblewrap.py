@@ -239,9 +239,10 @@ class BubblewrapEnvironment(BaseEnvironment):
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is None:
             return
-        # Killing the pid namespace's init makes the kernel kill everything inside it.
-        kill_tree(sandbox.init_pid)
-        kill_tree(sandbox.process.pid)
+        # Killing the pid namespace's init makes the kernel kill everything inside it. The
+        # /proc walk runs in a thread: on the event loop it stalls every other trial.
+        await asyncio.to_thread(kill_tree, sandbox.init_pid)
+        await asyncio.to_thread(kill_tree, sandbox.process.pid)
         try:
             await asyncio.wait_for(asyncio.shield(sandbox.process.wait()), _STOP_TIMEOUT_SEC)
         except TimeoutError:

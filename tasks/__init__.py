@@ -1,7 +1,7 @@
 """Prefect tasks: the retry-free steps a sweep fans out per dataset row."""
 
-from prefect_harbor.tasks.archive import archive_trial
+from prefect_harbor.tasks.archive import Archiver
 from prefect_harbor.tasks.dataset import inspect_dataset
 from prefect_harbor.tasks.trial import run_trial
 
-__all__ = ["archive_trial", "inspect_dataset", "run_trial"]
+__all__ = ["Archiver", "inspect_dataset", "run_trial"]

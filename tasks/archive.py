@@ -1,12 +1,15 @@
-"""The per-row archiving task: scrub the trial tree, keep its logs, free the disk."""
+"""Archiving a row: scrub its trial tree of secrets (fail closed), keep its logs, free the disk.
+
+Runs inside the row's Prefect task (``tasks/trial.py``) right after verification; the flow
+also runs it for rows it cancelled. Not a task run of its own: a second task run per row
+doubled the Prefect server's work per row (``docs/performance.md``).
+"""
 
 from __future__ import annotations
 
-import asyncio
+import logging
+from dataclasses import dataclass
 from pathlib import Path
-
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 
 from prefect_harbor.archive import archive_row
 from prefect_harbor.blocks.backend import HarborBackend
@@ -15,13 +18,23 @@ from prefect_harbor.storage import RunStore
 from prefect_harbor.trials import RunContext, release_trial
 
 
-@task(name="archive", task_run_name="archive {result.row_id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-async def archive_trial(result: RowResult, backend: HarborBackend, store: RunStore, run: RunContext, secrets: list[str]) -> RowResult:
-    """Scrub secrets from the row's trial tree (fail closed), archive it, then clean up."""
-    trial_dir = Path(result.trial_dir) if result.trial_dir else None
-    report = await asyncio.to_thread(archive_row, result, trial_dir, store, secrets)
-    if report.error:
-        get_run_logger().error(f"Row {result.row_id}: {report.error}")
-        result = result.model_copy(update={"trial_dir": None})
-    result = result.model_copy(update={"artifact_uri": report.uri})
-    return await asyncio.to_thread(release_trial, result, backend, run)
+@dataclass(frozen=True)
+class Archiver:
+    """Everything archiving needs that is the same for every row of a run."""
+
+    backend: HarborBackend
+    store: RunStore
+    run: RunContext
+    secrets: tuple[str, ...]
+
+    def __call__(self, result: RowResult, logger: logging.Logger | logging.LoggerAdapter) -> RowResult:
+        """Archive ``result``'s trial (once) and release its local directory if configured."""
+        if result.artifact_uri is not None:
+            return result
+        trial_dir = Path(result.trial_dir) if result.trial_dir else None
+        report = archive_row(result, trial_dir, self.store, list(self.secrets))
+        if report.error:
+            logger.error(f"Row {result.row_id}: {report.error}")
+            result = result.model_copy(update={"trial_dir": None})
+        result = result.model_copy(update={"artifact_uri": report.uri})
+        return release_trial(result, self.backend, self.run)

@@ -126,3 +126,10 @@ def test_results_storage_builds_fsspec_options_with_revealed_secrets_only_on_req
     storage = ResultsStorage(url="s3://b/p", endpoint_url="http://127.0.0.1:9000", access_key_id="AK", secret_access_key="SK")
     assert storage.storage_options() == {"key": "AK", "secret": "SK", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
     assert "SK" not in storage.model_dump_json()
+
+
+def test_an_empty_endpoint_from_the_ui_form_means_none():
+    """The Prefect UI submits an untouched optional nested block as {} (or with empty values)."""
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", model_endpoint={})
+    assert backend.model_endpoint is None
+    assert HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", model_endpoint={"base_url": "", "api_key": None}).model_endpoint is None

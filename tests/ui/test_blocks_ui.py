@@ -59,5 +59,5 @@ def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, 
         "print(b.agent, b.task_mode, b.tasks_dir.name)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PREFECT_API_URL": f"{registered}/api"}, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.split() == ["oracle", "template", "reward-txt"]
