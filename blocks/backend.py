@@ -115,6 +115,12 @@ class HarborBackend(Block):
                 f"model_endpoint: {self.agent} needs a model endpoint; set model_endpoint (a Model Endpoint block), "
                 "or pass --model-endpoint BLOCK or --model-base-url URL --model-api-key-env VAR."
             )
+        if not self.environment.is_local_sandbox and (self.has_bundle or self.agent == "mini-swe-agent"):
+            what = "a workflow bundle" if self.has_bundle else "mini-swe-agent's prepared environment"
+            raise ConfigurationError(
+                f"environment: {what} is mounted from this host into the local bubblewrap sandbox, which environment "
+                f"{self.environment.type or self.environment.import_path!r} cannot do; use the default sandbox, or a native agent without a grader."
+            )
         if self.workflow_config and self.is_native:
             raise ConfigurationError("workflow_config: configures an AgentWorkflow agent ('module:Class'); native agents take native_agent_kwargs.")
         if self.grader_config and self.grader is None:

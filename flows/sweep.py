@@ -13,6 +13,7 @@ from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Cancelled
+from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from prefect_harbor.blocks.backend import HarborBackend
@@ -190,6 +191,23 @@ async def evaluation_sweep(
         log = logger.debug if result.status == "success" else logger.info
         log(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
 
+    distributed = not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner)
+    if distributed:
+        logger.info(f"Rows run on {type(get_run_context().task_runner).__name__}; trial directories stay on its workers")
+
+    async def run_one(row: DatasetRow | RowProblem, index: int, trial_name: str) -> RowResult:
+        """The row's task run: inline on this event loop, or submitted to the flow's task runner (Dask)."""
+        if not distributed:
+            shared = quote(config), quote(resolver), quote(run), quote(archiver)
+            return await trial_task(row, index, trial_name, *shared, quote(lambda: tracker.set(row.id, "grading")))
+        # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
+        future = trial_task.submit(row, index, trial_name, config, resolver, run, archiver)
+        try:
+            return await asyncio.to_thread(future.result)
+        except asyncio.CancelledError:
+            future.wrapped_future.cancel()  # a queued row never starts; a running one ends with its worker task
+            raise
+
     async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
         trial_name = trial_name_for(row.id)
 
@@ -201,9 +219,7 @@ async def evaluation_sweep(
                 result = cancelled_result(base_result(row, index, config), None, None, started=False)
             else:
                 tracker.set(row.id, "running")
-                result = await trial_task(
-                    row, index, trial_name, quote(config), quote(resolver), quote(run), quote(archiver), quote(lambda: tracker.set(row.id, "grading"))
-                )  # fmt: skip
+                result = await run_one(row, index, trial_name)
         except asyncio.CancelledError:
             if not deliberate():
                 raise

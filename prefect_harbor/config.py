@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from harbor.models.environment_type import EnvironmentType
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
@@ -20,6 +21,8 @@ TaskMode = Literal["template", "dataset"]
 NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
 #: Native agents that call a model, and so need a model endpoint.
 MODEL_AGENTS = ("terminus-2", "mini-swe-agent")
+#: Harbor's own environment types (docker, daytona, modal, e2b, skypilot, ...).
+HARBOR_ENVIRONMENT_TYPES = frozenset(e.value for e in EnvironmentType)
 #: Osmosis's default model for model-backed agents.
 DEFAULT_MODEL_NAME = "openai/osmosis-rollout"
 #: Pre-v0.3 HarborBackend keywords and what replaces them (the seed's migration table).
@@ -66,7 +69,16 @@ class TrialEnvironment(BaseModel):
             self.import_path = None  # choosing a type replaces the default sandbox
         if bool(self.type) == bool(self.import_path):
             raise ConfigurationError("environment: set exactly one of `type` or `import_path`.")
+        if self.type and self.type not in HARBOR_ENVIRONMENT_TYPES:
+            raise ConfigurationError(f"environment.type: {self.type!r} is not a Harbor environment type; use one of {sorted(HARBOR_ENVIRONMENT_TYPES)}.")
+        if self.import_path and ":" not in self.import_path:
+            raise ConfigurationError(f"environment.import_path: {self.import_path!r} is not 'module:Class'.")
         return self
+
+    @property
+    def is_local_sandbox(self) -> bool:
+        """Whether trials run in this project's bubblewrap sandbox (host paths can be mounted in)."""
+        return self.import_path == SANDBOX_IMPORT_PATH
 
 
 class TaskSourcePolicy(BaseModel):

@@ -77,6 +77,14 @@ class TaskResolver:
         self._fetches: dict[str, asyncio.Task[Path]] = {}
         self._client = TaskClient()
 
+    def __getstate__(self) -> dict:
+        """Shipped to another process (a Dask worker): in-flight fetches, the client and the run logger stay here."""
+        return {**self.__dict__, "_fetches": {}, "_client": None, "logger": logging.getLogger(__name__)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._client = TaskClient()
+
     async def resolve(self, row: DatasetRow) -> ResolvedTask:
         ref = row.metadata.get("harbor_task")
         if ref:

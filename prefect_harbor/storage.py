@@ -94,6 +94,10 @@ class RunStore:
         self.unsent: list[str] = []
         self._down_since: float | None = None
 
+    def __getstate__(self) -> dict:
+        """Shipped to another process (a Dask worker) without the flow run's logger."""
+        return {**self.__dict__, "logger": logging.getLogger(__name__)}
+
     def uri(self, relative: str = "") -> str:
         return self.fs.unstrip_protocol(f"{self.run_path}/{relative}".rstrip("/"))
 

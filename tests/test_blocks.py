@@ -133,3 +133,15 @@ def test_an_empty_endpoint_from_the_ui_form_means_none():
     backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", model_endpoint={})
     assert backend.model_endpoint is None
     assert HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", model_endpoint={"base_url": "", "api_key": None}).model_endpoint is None
+
+
+def test_remote_environments_are_validated_by_harbor_type():
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", environment={"type": "daytona"})
+    assert (backend.environment.type, backend.environment.import_path) == ("daytona", None)
+    with pytest.raises(ValueError, match="environment.type: 'dockerr' is not a Harbor environment type; use one of"):
+        HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle", environment={"type": "dockerr"})
+
+
+def test_a_bundle_needs_the_local_sandbox():
+    with pytest.raises(ValueError, match="environment: a workflow bundle is mounted from this host into the local bubblewrap sandbox"):
+        HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow", environment={"type": "modal"})
