@@ -85,6 +85,11 @@ async def evaluation_sweep(
     runs. Every row yields exactly one result row, whatever happens to it.
     """
     logger = get_run_logger()
+    if get_run_context().flow.retries:
+        raise ConfigurationError(
+            "retries: a sweep is retry-free (a retry is a new row id): drop retries from evaluation_sweep.with_options(...), "
+            "and re-run failures explicitly with rerun_failed / --rerun-failed."
+        )
     config = await resolve_backend(backend, backend_block)
     if config.environment.import_path == SANDBOX_IMPORT_PATH:
         sandboxes = Path(config.environment.kwargs.get("sandboxes_dir") or default_sandboxes_dir())

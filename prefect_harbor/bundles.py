@@ -115,6 +115,17 @@ def _package_dir(code_dir: Path, package: str) -> Path:
     raise BundleError(f"code_dir: package {package!r} not found in {code_dir}")
 
 
+def check_project(spec: BundleSpec) -> None:
+    """What can be known about a project without building it: pyproject.toml and one package."""
+    code_dir = spec.code_dir.expanduser().resolve()
+    if not (code_dir / "pyproject.toml").is_file():
+        raise BundleError(f"code_dir: {code_dir} has no pyproject.toml; point it at the workflow's project folder.")
+    find_package(code_dir)
+    for field in ("workflow", "grader", "workflow_config", "grader_config"):
+        if getattr(spec, field):
+            split_import_path(getattr(spec, field), field)
+
+
 def shim_source(spec: BundleSpec) -> str:
     """The generated ``bundle_main.py``: literal imports, bound at build time."""
     imports, names = [], {}
@@ -139,10 +150,9 @@ def build_bundle(spec: BundleSpec, cache_dir: Path, logger: logging.Logger | log
     """Build ``spec`` into a wheel with ``uv build``, or reuse the cached one; returns it and whether it was cached."""
     log = logger or logging.getLogger(__name__)
     code_dir = spec.code_dir.expanduser().resolve()
-    if not (code_dir / "pyproject.toml").is_file():
-        raise BundleError(f"code_dir: {code_dir} has no pyproject.toml; point it at the workflow's project folder.")
     if spec.workflow is None and spec.grader is None:
         raise BundleError("agent: a bundle needs a workflow ('module:Class') or a grader.")
+    check_project(spec)
     package = find_package(code_dir)
     shim = shim_source(spec)
     pyproject = (code_dir / "pyproject.toml").read_text()

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from prefect_harbor.bundles import check_project
 from prefect_harbor.config import ConfigurationError, TaskMode, describe
 from prefect_harbor.results import SweepSummary
 from prefect_harbor.rows import DatasetError, DatasetRow, iter_rows, scan_dataset
@@ -85,7 +86,11 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
         agent = None  # the bundle's workflow is the agent
     try:
         endpoint = endpoint_from_flags(**endpoint_flags)
-        return HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader, model_endpoint=endpoint, **flags)
+        backend = HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader, model_endpoint=endpoint, **flags)
+        spec = backend.bundle_spec()
+        if spec is not None:
+            check_project(spec)  # the rest (build, imports) is the flow's first step
+        return backend
     except ValidationError as error:
         raise fail(describe(error)) from None
     except ConfigurationError as error:

@@ -12,6 +12,7 @@ import pytest
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 CLI = str(Path(sys.executable).parent / "prefect-harbor")
+DATASET = ["--tasks-dir", str(EXAMPLE_TASKS), "--dataset", str(EXAMPLE_DATASET)]
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -24,6 +25,19 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--tasks-dir", "/no/such/dir", "--dataset", str(EXAMPLE_DATASET)], "tasks_dir: /no/such/dir is not a directory"),
         (["--tasks-dir", str(EXAMPLE_TASKS), "--dataset", "/no/such.jsonl"], "cannot open dataset /no/such.jsonl"),
         (["--tasks-dir", str(EXAMPLE_TASKS), "--dataset", str(EXAMPLE_DATASET), "--agent", "nope"], "unknown native agent 'nope'"),
+        # The workflow track's and the model endpoint's forbidden combinations (Osmosis's rules).
+        ([*DATASET, "--agent", "terminus-2"], "model_endpoint: terminus-2 needs a model endpoint"),
+        ([*DATASET, "--model-api-key-env", "SOME_KEY"], "--model-api-key-env: names the key for --model-base-url"),
+        ([*DATASET, "--model-endpoint", "x", "--model-base-url", "http://127.0.0.1:9/v1"], "--model-endpoint: a saved block replaces"),
+        ([*DATASET, "--agent", "terminus-2", "--model-base-url", "http://127.0.0.1:9/v1", "--model-api-key-env", "UNSET_KEY_VAR"],
+         "the environment variable UNSET_KEY_VAR is not set"),
+        ([*DATASET, "--model-base-url", "ftp://host/v1"], "is not an http(s) URL"),
+        ([*DATASET, "--workflow-config", "pkg.config:cfg"], "workflow_config: configures an AgentWorkflow agent"),
+        ([*DATASET, "--grader-config", "pkg.config:cfg"], "grader_config: configures a grader"),
+        ([*DATASET, "--agent", "pkg.mod:Workflow", "--code-dir", "/tmp", "--bundle", "/tmp/x.whl"], "bundle: a prebuilt wheel replaces building code_dir"),
+        ([*DATASET, "--code-dir", "/tmp"], "code_dir: only used to build a workflow bundle"),
+        ([*DATASET, "--backend-block", "b", "--model", "m"], "--backend-block: the saved block holds the whole configuration; drop --model"),
+        ([*DATASET, "--agent", "no_such_pkg.workflow:Workflow"], "cannot locate package 'no_such_pkg'"),
     ],
 )
 def test_configuration_errors_exit_non_zero_with_one_line(args, reason, tmp_path):

@@ -122,3 +122,13 @@ async def test_rerun_failed_makes_a_new_run_of_only_the_failed_rows(tmp_path):
     assert row["row_id"] == "f~rerun" and row["status"] == "failure"
     manifest = json.loads(Path(second.results_uri.removeprefix("file://")).with_name("manifest.json").read_text())
     assert manifest["rerun_of"] == first_folder and manifest["dataset"]["rows"] == 1
+
+
+async def test_retries_given_to_the_flow_are_refused_before_any_trial(tmp_path):
+    from prefect_harbor.config import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="retries: a sweep is retry-free"):
+        await evaluation_sweep.with_options(retries=1, retry_delay_seconds=0)(
+            dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results")
+        )
+    assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
