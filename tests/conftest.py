@@ -184,5 +184,12 @@ def served(ui_server: str, tmp_path) -> Iterator[dict]:
     yield env
     process.terminate()
     process.wait(timeout=60)
+    # Its 5 s schedule leaves runs scheduled ahead: delete the deployment (and with it those
+    # runs), or a later test's process worker would pick up the backlog.
+    import httpx
+
+    nightly = httpx.get(f"{ui_server}/api/deployments/name/evaluation-sweep/nightly")
+    if nightly.status_code == 200:
+        httpx.delete(f"{ui_server}/api/deployments/{nightly.json()['id']}")
 
 

@@ -109,7 +109,11 @@ def worker(ui_server, tmp_path):
     process = subprocess.Popen([prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT)
     yield env
     process.terminate()
-    process.wait(timeout=60)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()  # never leave a worker polling for the rest of the session
+        raise
 
 
 def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
