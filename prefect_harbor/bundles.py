@@ -115,15 +115,16 @@ def _package_dir(code_dir: Path, package: str) -> Path:
     raise BundleError(f"code_dir: package {package!r} not found in {code_dir}")
 
 
-def check_project(spec: BundleSpec) -> None:
-    """What can be known about a project without building it: pyproject.toml and one package."""
+def check_project(spec: BundleSpec) -> str:
+    """What can be known about a project without building it (pyproject.toml, one package); returns the package."""
     code_dir = spec.code_dir.expanduser().resolve()
     if not (code_dir / "pyproject.toml").is_file():
         raise BundleError(f"code_dir: {code_dir} has no pyproject.toml; point it at the workflow's project folder.")
-    find_package(code_dir)
+    package = find_package(code_dir)
     for field in ("workflow", "grader", "workflow_config", "grader_config"):
         if getattr(spec, field):
             split_import_path(getattr(spec, field), field)
+    return package
 
 
 def shim_source(spec: BundleSpec) -> str:
@@ -152,8 +153,7 @@ def build_bundle(spec: BundleSpec, cache_dir: Path, logger: logging.Logger | log
     code_dir = spec.code_dir.expanduser().resolve()
     if spec.workflow is None and spec.grader is None:
         raise BundleError("agent: a bundle needs a workflow ('module:Class') or a grader.")
-    check_project(spec)
-    package = find_package(code_dir)
+    package = check_project(spec)
     shim = shim_source(spec)
     pyproject = (code_dir / "pyproject.toml").read_text()
     try:

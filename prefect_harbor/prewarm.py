@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.rows import DatasetRow
-from prefect_harbor.sources import ResolvedTask, RowRejected
+from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
 from prefect_harbor.trials import RunContext, build_trial_config, prepare_task, stage_workflow_input, trial_name_for
 
 #: Install-only trials never call a model: their agents are wired to this unroutable address.
@@ -42,9 +42,9 @@ def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[
         return [ResolvedTask(name=backend.tasks_dir.name, path=backend.tasks_dir)]
     targets: list[ResolvedTask | str] = []
     for task_id in task_ids or []:
-        path = (backend.tasks_dir / task_id).resolve()
-        ok = path.is_relative_to(backend.tasks_dir) and path != backend.tasks_dir and (path / "task.toml").is_file()
-        targets.append(ResolvedTask(name=task_id, path=path) if ok else task_id)
+        path = task_dir_under(backend.tasks_dir, task_id)
+        known = path is not None and (path / "task.toml").is_file()
+        targets.append(ResolvedTask(name=task_id, path=path) if known else task_id)
     return targets
 
 

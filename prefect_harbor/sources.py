@@ -67,6 +67,12 @@ def parse_task_ref(ref: str, metadata: dict) -> tuple[TaskRef, tuple[str, ...]]:
     return PackageTaskId(org=org, name=task, ref=version or "latest"), warnings
 
 
+def task_dir_under(root: Path, task_id: str) -> Path | None:
+    """Dataset mode's task directory for ``task_id``: a directory strictly inside ``root``, else None."""
+    path = (root / task_id).resolve()
+    return path if path.is_relative_to(root) and path != root and path.is_dir() else None
+
+
 class TaskResolver:
     """Resolves rows to task directories for one sweep run."""
 
@@ -94,10 +100,9 @@ class TaskResolver:
         task_id = row.task_id
         if not task_id:
             raise RowRejected("dataset mode needs metadata.harbor_task_id (a task directory under tasks_dir) or metadata.harbor_task")
-        root = self.backend.tasks_dir
-        path = (root / task_id).resolve()
-        if not path.is_relative_to(root) or path == root or not path.is_dir():
-            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {root})")
+        path = task_dir_under(self.backend.tasks_dir, task_id)
+        if path is None:
+            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {self.backend.tasks_dir})")
         return ResolvedTask(name=task_id, path=path)
 
     async def _resolve_dynamic(self, ref: str, metadata: dict) -> ResolvedTask:
