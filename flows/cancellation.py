@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 from uuid import UUID
 
@@ -74,31 +75,16 @@ class CancelScope:
                     self.request("the flow run was cancelled")
 
 
-async def acquire_or_cancel(slots: asyncio.Semaphore, scope: CancelScope) -> bool:
-    """Take a concurrency slot; False if cancellation came first (no slot is then held)."""
-    if scope.requested.is_set():
-        return False
-    acquire = asyncio.ensure_future(slots.acquire())
-    cancelled = asyncio.ensure_future(scope.requested.wait())
-    await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-    cancelled.cancel()
-    if acquire.done() and not acquire.cancelled():
-        if scope.requested.is_set():
-            slots.release()
-            return False
-        return True
-    acquire.cancel()
-    return False
-
-
-async def wait_or_cancel(pending: set[asyncio.Task[Any]], scope: CancelScope) -> None:
-    """Wait for ``pending`` to finish; on a cancellation request cancel them and wait again."""
+async def wait_or_cancel(pending: set[asyncio.Task[Any]], scope: CancelScope, cancel: Callable[[], Iterable[asyncio.Task[Any]]] | None = None) -> None:
+    """Wait for ``pending`` to finish; on a cancellation request cancel them (or what ``cancel``
+    returns: tasks they wait on, so they can wind down themselves) and wait again."""
     while pending:
         cancelled = asyncio.ensure_future(scope.requested.wait())
         await asyncio.wait({*pending, cancelled}, return_when=asyncio.FIRST_COMPLETED)
         cancelled.cancel()
+        pending = {task for task in pending if not task.done()}
         if scope.requested.is_set():
-            for task in list(pending):
+            for task in list(cancel() if cancel is not None else pending):
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             return

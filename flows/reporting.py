@@ -36,6 +36,10 @@ class Progress:
     async def start(self) -> None:
         self.artifact_id = await acreate_progress_artifact(0.0, key=PROGRESS_KEY, description="Rows finished (%)")
 
+    def skip(self) -> None:
+        """A row that needs no work (kept from a resumed run): counted, shown with the next update."""
+        self.done += 1
+
     async def advance(self) -> None:
         self.done += 1
         percent = round(100 * self.done / self.total, 1)

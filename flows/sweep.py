@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
-from prefect_harbor.flows.cancellation import CancelScope, acquire_or_cancel, wait_or_cancel
+from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
@@ -33,7 +34,7 @@ from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
-from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial
+from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial, run_trials, trial_and_archive
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
 
@@ -63,6 +64,7 @@ async def evaluation_sweep(
     resume: str | None = None,
     rerun_failed: str | None = None,
     prewarm: bool = True,
+    rows_per_task_run: int | None = None,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -79,10 +81,13 @@ async def evaluation_sweep(
             cancelled rows, with new row ids (``<id>~rerun``) that point to the originals.
         prewarm: First set up each selected task once (install-only, no credentials); the
             rows of a task that fails it fail at once with its reason.
+        rows_per_task_run: How many rows one Prefect task run may hold. Empty: one per row
+            up to 40 rows at 4 at a time, then more (about ten task runs per lane, at most
+            100 rows each), because Prefect's cost per task run outweighs a quick trial's.
 
-    Rows run ``n_concurrent`` at a time; the next row is read from the dataset only
-    when a slot frees up, so a large dataset never becomes thousands of pending task
-    runs. Every row yields exactly one result row, whatever happens to it.
+    Rows run in ``n_concurrent`` lanes; a lane reads the next row from the dataset only
+    when it is free, so a large dataset never becomes thousands of pending task runs.
+    Every row yields exactly one result row, whatever happens to it.
     """
     logger = get_run_logger()
     if get_run_context().flow.retries:
@@ -90,6 +95,8 @@ async def evaluation_sweep(
             "retries: a sweep is retry-free (a retry is a new row id): drop retries from evaluation_sweep.with_options(...), "
             "and re-run failures explicitly with rerun_failed / --rerun-failed."
         )
+    if rows_per_task_run is not None and rows_per_task_run < 1:
+        raise ConfigurationError(f"rows_per_task_run: {rows_per_task_run} is not a row count; give 1 or more, or leave it empty for the default.")
     config = await resolve_backend(backend, backend_block)
     if config.environment.import_path == SANDBOX_IMPORT_PATH:
         sandboxes = Path(config.environment.kwargs.get("sandboxes_dir") or default_sandboxes_dir())
@@ -128,16 +135,16 @@ async def evaluation_sweep(
     if prewarm:
         prewarmed = await prewarm_all(config, run, info.task_ids)
         run = dataclasses.replace(run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
-    trial_task = run_trial
+    batch_task, row_task = run_trials, run_trial
     if storage is not None and storage._block_document_id is not None:
         # Prefect's own task results persist to the same storage (a saved block is required).
         # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
-        trial_task = run_trial.with_options(
-            cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json",
-            result_storage_key=f"{run_id}/row-{{parameters[index]}}.json",
-        )  # fmt: skip
+        persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
+        batch_task = run_trials.with_options(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}.json")
+        row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}.json")
     resolver = TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger)
     progress = Progress(info.rows)
+    per_task_run = rows_per_task_run or default_rows_per_task_run(info.rows - len(kept), config.n_concurrent)
     await progress.start()
     logger.info(
         f"Sweep {run_id}: {info.rows} rows from {dataset} ({info.problems} unusable), {config.task_mode} mode, "
@@ -145,7 +152,6 @@ async def evaluation_sweep(
     )
 
     finished: list[RowResult] = list(kept.values())
-    slots = asyncio.Semaphore(config.n_concurrent)
     tracker = RowTracker(info.ids)
     for result in finished:
         tracker.set(result.row_id, result.status)
@@ -186,7 +192,7 @@ async def evaluation_sweep(
 
     archiver = Archiver(backend=config, store=store, run=run, secrets=tuple(secrets))
 
-    async def record(result: RowResult) -> None:
+    async def record(result: RowResult) -> RowResult:
         result = await asyncio.to_thread(archiver, result, logger)  # a no-op for rows the trial task archived
         await asyncio.to_thread(store.write_row, result)
         finished.append(result)
@@ -195,32 +201,35 @@ async def evaluation_sweep(
         # Successes at DEBUG: one API log record per row costs the Prefect server more than the row's bookkeeping.
         log = logger.debug if result.status == "success" else logger.info
         log(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
+        return result
 
     distributed = not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner)
     if distributed:
-        logger.info(f"Rows run on {type(get_run_context().task_runner).__name__}; trial directories stay on its workers")
+        logger.info(f"Rows run on {type(get_run_context().task_runner).__name__}, one task run each; trial directories stay on its workers")
+    elif per_task_run > 1:
+        logger.info(f"Up to {per_task_run} rows per task run (rows_per_task_run)")
 
     async def run_one(row: DatasetRow | RowProblem, index: int, trial_name: str) -> RowResult:
-        """The row's task run: inline on this event loop, or submitted to the flow's task runner (Dask)."""
+        """The row's trial: inline, inside the lane's task run, or as its own task run on the distributed runner."""
         if not distributed:
-            shared = quote(config), quote(resolver), quote(run), quote(archiver)
-            return await trial_task(row, index, trial_name, *shared, quote(lambda: tracker.set(row.id, "grading")))
+            on_grading = lambda: tracker.set(row.id, "grading")  # noqa: E731
+            return await trial_and_archive(row, index, trial_name, config, resolver, run, archiver, get_run_logger(), on_grading)
         # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
-        future = trial_task.submit(row, index, trial_name, config, resolver, run, archiver)
+        future = row_task.submit(row, index, trial_name, config, resolver, run, archiver)
         try:
             return await asyncio.to_thread(future.result)
         except asyncio.CancelledError:
             future.wrapped_future.cancel()  # a queued row never starts; a running one ends with its worker task
             raise
 
-    async def one_row(index: int, row: DatasetRow | RowProblem) -> None:
+    async def one_row(index: int, row: DatasetRow | RowProblem) -> RowResult:
         trial_name = trial_name_for(row.id)
 
         def deliberate() -> bool:
             return scope.requested.is_set() or row.id in tracker.cancelled_ids
 
         try:
-            if row.id in tracker.cancelled_ids:
+            if deliberate():  # cancelled while queued, or the sweep stopped before the row began
                 result = cancelled_result(base_result(row, index, config), None, None, started=False)
             else:
                 tracker.set(row.id, "running")
@@ -235,34 +244,58 @@ async def evaluation_sweep(
                 result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
             else:
                 logger.exception(f"Row {row.id} crashed the trial task")
-                result = base_result(row, index, config).model_copy(
-                    update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
-                )
-        finally:
-            slots.release()
+                result = internal_error(row, index, error)
         tracker.set(row.id, result.status)
-        await asyncio.shield(record(result))
+        return await asyncio.shield(record(result))
+
+    async def start_row(index: int, row: DatasetRow | RowProblem) -> RowResult:
+        """Run the row as its own asyncio task, so a partial cancel request can stop just this row."""
+        running[row.id] = asyncio.create_task(one_row(index, row))
+        try:
+            return await running[row.id]
+        finally:
+            running.pop(row.id, None)
 
     rows = enumerate(iter_rows(dataset) if reruns is None else rerun_rows(iter_rows(dataset), reruns))
-    pending: set[asyncio.Task[None]] = set()
+
+    def admit() -> tuple[int, DatasetRow | RowProblem] | None:
+        """The next row to run, read from the dataset only now (a lane is free): None when done or stopping."""
+        if scope.requested.is_set():
+            return None
+        for index, row in rows:
+            if index in kept:
+                progress.skip()
+                continue
+            return index, row
+        return None
+
+    async def lane() -> None:
+        """Run rows one after another until the dataset is done or the sweep stops."""
+        while (item := admit()) is not None:
+            index, row = item
+            if distributed:
+                await start_row(index, row)
+                continue
+            label = f"row {row.id}" if per_task_run == 1 else f"rows from {row.id}"
+            try:
+                await batch_task(label, index, row, per_task_run, quote(admit), quote(start_row))
+            except Exception as error:  # Prefect could not run the task run (its API is away): the rows it held are not lost
+                logger.exception(f"The task run for {label} failed")
+                if tracker.statuses.get(row.id) == "queued":
+                    tracker.set(row.id, "failure")
+                    await asyncio.shield(record(internal_error(row, index, error)))
+
+    def internal_error(row: DatasetRow | RowProblem, index: int, error: Exception) -> RowResult:
+        return base_result(row, index, config).model_copy(
+            update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
+        )
+
     try:
         async with CancelScope(get_run_context().flow_run.id, logger) as scope:
             control = asyncio.create_task(serve_control())
-            for index, row in rows:
-                if index in kept:
-                    await progress.advance()
-                    continue
-                if not await acquire_or_cancel(slots, scope):
-                    never_started = [(index, row), *rows]
-                    break
-                task = asyncio.create_task(one_row(index, row))
-                pending.add(task)
-                running[row.id] = task
-                task.add_done_callback(pending.discard)
-                task.add_done_callback(lambda _, row_id=row.id: running.pop(row_id, None))
-            else:
-                never_started = []
-            await wait_or_cancel(pending, scope)
+            lanes = {asyncio.create_task(lane()) for _ in range(config.n_concurrent)}
+            await wait_or_cancel(lanes, scope, cancel=lambda: list(running.values()))
+            never_started = [(index, row) for index, row in rows if index not in kept]
             if never_started:
                 await asyncio.to_thread(record_never_started, store, never_started, config, finished)
                 for _, row in never_started:
@@ -289,6 +322,16 @@ async def evaluation_sweep(
     if scope.requested.is_set():
         return Cancelled(message=f"Sweep cancelled ({scope.reason}); finished rows kept in {results_uri}", data=summary)
     return summary
+
+
+#: The default batch: about this many task runs per lane, and never more than this many rows in one.
+TASK_RUNS_PER_LANE = 10
+MAX_ROWS_PER_TASK_RUN = 100
+
+
+def default_rows_per_task_run(rows: int, lanes: int) -> int:
+    """One row per task run for small sweeps (each row visible in the UI), batches for big ones."""
+    return max(1, min(MAX_ROWS_PER_TASK_RUN, math.ceil(rows / (lanes * TASK_RUNS_PER_LANE))))
 
 
 def endpoint_secrets(config: HarborBackend) -> list[str]:

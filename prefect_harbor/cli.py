@@ -142,6 +142,9 @@ def sweep(
     resume: Annotated[str | None, typer.Option(help="Continue this crashed or cancelled run's folder (same dataset and backend).")] = None,
     rerun_failed: Annotated[str | None, typer.Option(help="A new run of only this earlier run's failed and cancelled rows.")] = None,
     prewarm: Annotated[bool, typer.Option(help="First set up each selected task once (install-only); its rows fail at once if that fails.")] = True,
+    rows_per_task_run: Annotated[
+        int | None, typer.Option(min=1, help="Rows one Prefect task run may hold (default: 1 for small sweeps, batches for big ones).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -166,7 +169,7 @@ def sweep(
     state = asyncio.run(
         evaluation_sweep(
             dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-            resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, return_state=True,
+            resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, return_state=True,
         )
     )
     summary = state.result(raise_on_failure=False)

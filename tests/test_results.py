@@ -50,3 +50,14 @@ def test_summary_counts_and_means():
     assert summary.mean_reward == 0.5
     assert summary.per_task["a"].mean_reward == 0.5
     assert summary.per_task["b"].mean_reward is None
+
+
+def test_small_sweeps_get_a_task_run_per_row_and_big_ones_batches():
+    from prefect_harbor.flows.sweep import MAX_ROWS_PER_TASK_RUN, default_rows_per_task_run
+
+    assert default_rows_per_task_run(5, 4) == 1
+    assert default_rows_per_task_run(40, 4) == 1
+    assert default_rows_per_task_run(41, 4) == 2
+    assert default_rows_per_task_run(500, 4) == 13
+    assert default_rows_per_task_run(10_000, 4) == MAX_ROWS_PER_TASK_RUN
+    assert default_rows_per_task_run(0, 4) == 1

@@ -65,19 +65,22 @@ async def wait_for(predicate, timeout: float = 120, what: str = "condition") -> 
         await asyncio.sleep(0.1)
 
 
-async def start_slow_sweep(tmp_path: Path, marker: str) -> tuple[Path, asyncio.Task]:
+async def start_slow_sweep(tmp_path: Path, marker: str, rows_per_task_run: int | None = None) -> tuple[Path, asyncio.Task]:
     """The slow-and-queued sweep, started in this process; returns once both slow trials run."""
     dataset = slow_and_queued(tmp_path, marker)
     backend = HarborBackend(tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=2)
-    sweep = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
+    sweep = asyncio.create_task(
+        evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rows_per_task_run=rows_per_task_run, return_state=True)
+    )
     await wait_for(lambda: len(marked_processes(marker)) == 2, what="both slow trials to be running")
     return dataset, sweep
 
 
 @pytest.mark.usefixtures("prefect_server")
-async def test_cancelling_the_flow_run_stops_every_trial_and_keeps_the_record(tmp_path):
-    marker = f"cancel-api-{os.getpid()}"
-    dataset, sweep = await start_slow_sweep(tmp_path, marker)
+@pytest.mark.parametrize("rows_per_task_run", [1, 5], ids=["row-per-task-run", "batched"])
+async def test_cancelling_the_flow_run_stops_every_trial_and_keeps_the_record(tmp_path, rows_per_task_run):
+    marker = f"cancel-api-{os.getpid()}-{rows_per_task_run}"
+    dataset, sweep = await start_slow_sweep(tmp_path, marker, rows_per_task_run)
 
     run = await running_sweep_of(dataset)
     requested = time.monotonic()
@@ -144,9 +147,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.usefixtures("prefect_server")
-async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp_path):
-    marker = f"cancel-partial-{os.getpid()}"
-    dataset, sweep = await start_slow_sweep(tmp_path, marker)
+@pytest.mark.parametrize("rows_per_task_run", [1, 5], ids=["row-per-task-run", "batched"])
+async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp_path, rows_per_task_run):
+    """Batched, a cancelled row ends alone: the rest of its task run goes on (and records the cancelled queued rows)."""
+    marker = f"cancel-partial-{os.getpid()}-{rows_per_task_run}"
+    dataset, sweep = await start_slow_sweep(tmp_path, marker, rows_per_task_run)
     (run,) = (tmp_path / "results").glob("*/manifest.json")
     run = str(run.parent)
     await wait_for(lambda: (Path(run) / "status.json").is_file() and '"s1": "running"' in (Path(run) / "status.json").read_text(), what="status")

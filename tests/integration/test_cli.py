@@ -72,7 +72,7 @@ def test_sweep_json_reports_a_readable_results_uri(tmp_path, prefect_server):
 
     result = run_cli(
         "sweep", "--tasks-dir", str(EXAMPLE_TASKS), "--dataset", str(EXAMPLE_DATASET),
-        "--results", str(tmp_path / "results"), "--concurrency", "2", "--json",
+        "--results", str(tmp_path / "results"), "--concurrency", "2", "--rows-per-task-run", "2", "--json",
         env={"TMPDIR": str(tmp_path), "PREFECT_API_URL": str(get_current_settings().api.url)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

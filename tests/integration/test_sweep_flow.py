@@ -132,3 +132,31 @@ async def test_retries_given_to_the_flow_are_refused_before_any_trial(tmp_path):
             dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results")
         )
     assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
+
+
+async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
+    from prefect_harbor.config import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="rows_per_task_run: 0 is not a row count; give 1 or more"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), rows_per_task_run=0)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
+
+
+async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_path):
+    from prefect_harbor.flows.reporting import PROGRESS_KEY
+
+    summary = await evaluation_sweep(
+        dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), concurrency=2, rows_per_task_run=2
+    )
+
+    table = pq.read_table(summary.results_uri).to_pylist()
+    assert {row["task"]: row["reward"] for row in table} == EXPECTED_ORACLE_REWARDS
+    assert sorted(row["row_index"] for row in table) == [0, 1, 2, 3, 4]
+    async with get_client() as client:
+        (flow_run_id,) = [r.id for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
+        task_runs = [r for r in await client.read_task_runs() if r.flow_run_id == flow_run_id and r.name.startswith("row")]
+        progress = [a for a in await client.read_artifacts() if a.key == PROGRESS_KEY and a.flow_run_id == flow_run_id]
+    # Two lanes pull rows until each task run holds two: 5 rows make 3 task runs (2 + 2 + 1), never one per row.
+    assert sorted(r.name.split(" ")[0] for r in task_runs) == ["rows"] * 3, [r.name for r in task_runs]
+    assert all(r.state.is_completed() for r in task_runs)
+    assert progress and progress[0].data == 100.0
