@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from uuid import UUID
 
 from prefect.artifacts import (
@@ -14,7 +13,7 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 
-from prefect_harbor.results import RowResult, SweepSummary
+from prefect_harbor.results import RunTally, SweepSummary
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
@@ -49,8 +48,8 @@ class Progress:
             await aupdate_progress_artifact(self.artifact_id, percent)
 
 
-def report_markdown(summary: SweepSummary, results: list[RowResult], slowest: int = 5) -> str:
-    """Failures grouped by category with their messages, then the slowest rows."""
+def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
+    """Failures grouped by category with their messages (the first few of each), then the slowest rows."""
     lines = [
         f"# Sweep {summary.run_id}",
         "",
@@ -61,24 +60,22 @@ def report_markdown(summary: SweepSummary, results: list[RowResult], slowest: in
     ]
     if summary.local_fallback:
         lines += ["", f"**Storage was unavailable**: {len(summary.unsent_files)} file(s) kept locally in `{summary.local_fallback}`."]
-    failures: dict[str, list[RowResult]] = defaultdict(list)
-    for result in results:
-        if result.status == "failure":
-            failures[result.err_category or "unknown"].append(result)
     lines += ["", "## Failures", ""]
-    if not failures:
+    if not tally.failure_counts:
         lines.append("None.")
-    for category, rows in sorted(failures.items()):
-        lines += [f"### {category} ({len(rows)})", "", "| row | task | phase | message |", "|---|---|---|---|"]
+    for category, count in sorted(tally.failure_counts.items()):
+        rows = tally.failures[category]
+        lines += [f"### {category} ({count})", "", "| row | task | phase | message |", "|---|---|---|---|"]
         lines += [f"| {r.row_id} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
+        if count > len(rows):
+            lines.append(f"| … | {count - len(rows)} more in the results table | | |")
         lines.append("")
-    timed = sorted((r for r in results if r.total_sec is not None), key=lambda r: r.total_sec or 0, reverse=True)[:slowest]
     lines += ["## Slowest rows", "", "| row | task | total s | agent s | verifier s |", "|---|---|---|---|---|"]
-    lines += [f"| {r.row_id} | {r.task or '-'} | {_fmt(r.total_sec)} | {_fmt(r.agent_sec)} | {_fmt(r.verifier_sec)} |" for r in timed]
+    lines += [f"| {r.row_id} | {r.task or '-'} | {_fmt(r.total_sec)} | {_fmt(r.agent_sec)} | {_fmt(r.verifier_sec)} |" for r in tally.slowest()]
     return "\n".join(lines) + "\n"
 
 
-async def publish(summary: SweepSummary, results: list[RowResult]) -> None:
+async def publish(summary: SweepSummary, tally: RunTally) -> None:
     await acreate_table_artifact(
         key=SUMMARY_KEY,
         table=[
@@ -88,7 +85,7 @@ async def publish(summary: SweepSummary, results: list[RowResult]) -> None:
         ],  # fmt: skip
         description=f"Sweep {summary.run_id}: rows per status and mean reward, overall and per task.",
     )
-    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, results), description="Failures and slowest rows")
+    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally), description="Failures and slowest rows")
     await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
 
 

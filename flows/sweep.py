@@ -26,7 +26,7 @@ from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
-from prefect_harbor.results import RowResult, SweepSummary
+from prefect_harbor.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
 from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH as SANDBOX_IMPORT_PATH
 from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
@@ -151,10 +151,13 @@ async def evaluation_sweep(
         f"agent {config.agent}, {config.n_concurrent} at a time; results under {store.uri()}"
     )
 
-    finished: list[RowResult] = list(kept.values())
+    tally = RunTally()
     tracker = RowTracker(info.ids)
-    for result in finished:
+    for result in kept.values():
+        tally.add(result)
         tracker.set(result.row_id, result.status)
+    kept_indexes = frozenset(kept)  # the kept rows themselves are in the tally and the store
+    del kept
     running: dict[str, asyncio.Task[None]] = {}
 
     async def serve_control() -> None:
@@ -195,7 +198,7 @@ async def evaluation_sweep(
     async def record(result: RowResult) -> RowResult:
         result = await asyncio.to_thread(archiver, result, logger)  # a no-op for rows the trial task archived
         await asyncio.to_thread(store.write_row, result)
-        finished.append(result)
+        tally.add(result)
         await progress.advance()
         reward = "-" if result.reward is None else f"{result.reward:g}"
         # Successes at DEBUG: one API log record per row costs the Prefect server more than the row's bookkeeping.
@@ -263,7 +266,7 @@ async def evaluation_sweep(
         if scope.requested.is_set():
             return None
         for index, row in rows:
-            if index in kept:
+            if index in kept_indexes:
                 progress.skip()
                 continue
             return index, row
@@ -295,27 +298,25 @@ async def evaluation_sweep(
             control = asyncio.create_task(serve_control())
             lanes = {asyncio.create_task(lane()) for _ in range(config.n_concurrent)}
             await wait_or_cancel(lanes, scope, cancel=lambda: list(running.values()))
-            never_started = [(index, row) for index, row in rows if index not in kept]
+            never_started = [(index, row) for index, row in rows if index not in kept_indexes]
             if never_started:
-                await asyncio.to_thread(record_never_started, store, never_started, config, finished)
+                await asyncio.to_thread(record_never_started, store, never_started, config, tally)
                 for _, row in never_started:
                     tracker.set(row.id, "cancelled")
             control.cancel()
     except BaseException as error:
         manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
-        manifest.finished_at, manifest.rows_written = now(), len(finished)
+        manifest.finished_at, manifest.rows_written = now(), tally.rows
         await asyncio.shield(asyncio.to_thread(store.write_manifest, manifest))
         raise
 
-    results_uri = await asyncio.to_thread(store.finalize, finished)
+    results_uri = await asyncio.to_thread(store.finalize)
     manifest.state = "Cancelled" if scope.requested.is_set() else "Completed"
-    manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, len(finished)
+    manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, tally.rows
     await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot(manifest.state))
     await asyncio.to_thread(store.write_manifest, manifest)
-    summary = SweepSummary.of(
-        run_id, results_uri, finished, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent
-    )
-    await publish(summary, finished)
+    summary = tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
+    await publish(summary, tally)
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")
     logger.info(f"Results: {results_uri}")
@@ -389,15 +390,17 @@ def rerun_rows(rows, reruns: dict[str, str]):
             yield row.model_copy(update=update)
 
 
-def record_never_started(store: RunStore, rows, config: HarborBackend, finished: list[RowResult], batch: int = 1000) -> None:
+def record_never_started(store: RunStore, rows, config: HarborBackend, tally: RunTally, batch: int = 1000) -> None:
     """Rows that never reached a sandbox are still result rows: ``cancelled``, in batches."""
     chunk: list[RowResult] = []
     for index, row in rows:
         chunk.append(cancelled_result(base_result(row, index, config), None, None, started=False))
         if len(chunk) == batch:
             store.write_rows(chunk)
-            finished.extend(chunk)
+            for result in chunk:
+                tally.add(result)
             chunk = []
     if chunk:
         store.write_rows(chunk)
-        finished.extend(chunk)
+        for result in chunk:
+            tally.add(result)

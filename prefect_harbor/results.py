@@ -5,8 +5,9 @@ Where the table is written (incrementally, then compacted) is ``storage.RunStore
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any, Literal
 
@@ -114,22 +115,80 @@ class SweepSummary(BaseModel):
 
     @classmethod
     def of(cls, run_id: str, results_uri: str, results: list[RowResult], **extra: Any) -> SweepSummary:
-        by_task: dict[str, list[RowResult]] = defaultdict(list)
+        tally = RunTally()
         for result in results:
-            by_task[result.task or "(none)"].append(result)
-        return cls(
+            tally.add(result)
+        return tally.summary(run_id, results_uri, **extra)
+
+
+class _Mean:
+    __slots__ = ("rows", "rewarded", "total")
+
+    def __init__(self) -> None:
+        self.rows, self.rewarded, self.total = 0, 0, 0.0
+
+    def add(self, reward: float | None) -> None:
+        self.rows += 1
+        if reward is not None and math.isfinite(reward):
+            self.rewarded += 1
+            self.total += reward
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.rewarded if self.rewarded else None
+
+
+class RunTally:
+    """Running totals of a sweep's finished rows: the summary and the report, in memory that
+    does not grow with the rows (the rows themselves are in storage).
+
+    Keeps counts, reward sums overall and per task, the first ``failures_kept`` failures of
+    each category (the report's examples) and the ``slowest`` longest rows.
+    """
+
+    def __init__(self, failures_kept: int = 20, slowest: int = 5):
+        self.statuses: Counter[str] = Counter()
+        self.overall = _Mean()
+        self.per_task: dict[str, _Mean] = defaultdict(_Mean)
+        self.failures_kept = failures_kept
+        self.failure_counts: Counter[str] = Counter()
+        self.failures: dict[str, list[RowResult]] = defaultdict(list)
+        self._slowest_n = slowest
+        self._slowest: list[tuple[float, int, RowResult]] = []
+
+    @property
+    def rows(self) -> int:
+        return self.statuses.total()
+
+    def add(self, result: RowResult) -> None:
+        self.statuses[result.status] += 1
+        self.overall.add(result.reward)
+        self.per_task[result.task or "(none)"].add(result.reward)
+        if result.status == "failure":
+            category = result.err_category or "unknown"
+            self.failure_counts[category] += 1
+            if len(self.failures[category]) < self.failures_kept:
+                self.failures[category].append(result)
+        if result.total_sec is not None:
+            entry = (result.total_sec, -result.row_index, result)
+            if len(self._slowest) < self._slowest_n:
+                heapq.heappush(self._slowest, entry)
+            elif entry[:2] > self._slowest[0][:2]:
+                heapq.heapreplace(self._slowest, entry)
+
+    def slowest(self) -> list[RowResult]:
+        """The slowest rows, slowest first."""
+        return [result for *_, result in sorted(self._slowest, key=lambda entry: entry[:2], reverse=True)]
+
+    def summary(self, run_id: str, results_uri: str, **extra: Any) -> SweepSummary:
+        return SweepSummary(
             run_id=run_id,
             results_uri=results_uri,
-            rows=len(results),
-            success=sum(r.status == "success" for r in results),
-            failure=sum(r.status == "failure" for r in results),
-            cancelled=sum(r.status == "cancelled" for r in results),
-            mean_reward=_mean(results),
-            per_task={task: TaskScore(rows=len(rows), mean_reward=_mean(rows)) for task, rows in sorted(by_task.items())},
+            rows=self.rows,
+            success=self.statuses["success"],
+            failure=self.statuses["failure"],
+            cancelled=self.statuses["cancelled"],
+            mean_reward=self.overall.mean,
+            per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
             **extra,
         )
-
-
-def _mean(results: list[RowResult]) -> float | None:
-    rewards = [r.reward for r in results if r.reward is not None and math.isfinite(r.reward)]
-    return sum(rewards) / len(rewards) if rewards else None

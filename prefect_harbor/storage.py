@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.results import RowResult, to_table
+from prefect_harbor.results import RESULTS_SCHEMA, RowResult, to_table
 
 T = TypeVar("T")
 VERSIONED_PACKAGES = ("prefect-harbor", "prefect", "harbor", "pyarrow", "fsspec", "s3fs", "pydantic")
@@ -93,10 +94,18 @@ class RunStore:
         self.retry_delays = retry_delays
         self.unsent: list[str] = []
         self._down_since: float | None = None
+        #: Every row this store wrote, appended to a local Arrow stream: ``finalize`` compacts the
+        #: results table from it, so the flow need not keep its rows in memory.
+        self.spool_path = fallback_dir.with_name(f"{fallback_dir.name}-rows.arrows")
+        self._spool: pa.ipc.RecordBatchStreamWriter | None = None
+        self._spool_lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        """Shipped to another process (a Dask worker) without the flow run's logger."""
-        return {**self.__dict__, "logger": logging.getLogger(__name__)}
+        """Shipped to another process (a Dask worker) without the flow run's logger and spool."""
+        return {**self.__dict__, "logger": logging.getLogger(__name__), "_spool": None, "_spool_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _spool_lock=threading.Lock())
 
     def uri(self, relative: str = "") -> str:
         return self.fs.unstrip_protocol(f"{self.run_path}/{relative}".rstrip("/"))
@@ -172,7 +181,13 @@ class RunStore:
         """Persist finished rows as one part, named by the row indexes it holds."""
         first, last = results[0].row_index, results[-1].row_index
         name = f"part-{first:06d}" if first == last else f"part-{first:06d}-{last:06d}"
-        return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(results))
+        table = to_table(results)
+        with self._spool_lock:
+            if self._spool is None:
+                self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+                self._spool = pa.ipc.new_stream(str(self.spool_path), RESULTS_SCHEMA)
+            self._spool.write_table(table)
+        return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(table))
 
     def read_bytes(self, relative: str) -> bytes:
         return self.fs.cat_file(f"{self.run_path}/{relative}")
@@ -228,11 +243,17 @@ class RunStore:
         if still:
             self._down_since = time.monotonic()
 
-    def finalize(self, results: list[RowResult]) -> str:
-        """Write every row into ``results.parquet``, then drop the parts it replaces."""
+    def finalize(self) -> str:
+        """Write every row this store wrote into ``results.parquet``, in row order, then drop the
+        parts it replaces. Holds the rows in columnar form only for this step."""
         self.push_unsent()
-        ordered = sorted(results, key=lambda result: result.row_index)
-        location = self.write_bytes("results.parquet", _parquet_bytes(ordered))
+        with self._spool_lock:
+            if self._spool is not None:
+                self._spool.close()
+                self._spool = None
+            rows = pa.ipc.open_stream(str(self.spool_path)).read_all() if self.spool_path.exists() else RESULTS_SCHEMA.empty_table()
+        location = self.write_bytes("results.parquet", _parquet_bytes(rows.sort_by("row_index")))
+        self.spool_path.unlink(missing_ok=True)
         if "results.parquet" not in self.unsent:
             try:
                 self._retry(lambda: self.fs.rm(f"{self.run_path}/parts", recursive=True), "remove parts")
@@ -256,9 +277,9 @@ def _with_short_client_retries(url: str, options: dict[str, Any]) -> dict[str, A
     return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}, "skip_instance_cache": True}
 
 
-def _parquet_bytes(results: list[RowResult]) -> bytes:
+def _parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(to_table(results), sink)
+    pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
 
 

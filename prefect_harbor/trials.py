@@ -191,12 +191,28 @@ async def run_row(
         result = await trial.run()
     finally:
         run.input_path(trial_name).unlink(missing_ok=True)
+        forget_loggers(trial.logger.name)
     row_result = outcome(base, result)
     if backend.is_workflow:
         trial_dir = run.trials_dir / trial_name
         row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), _read_text(trial_dir / "verifier" / "test-stdout.txt"))
     row_result.trial_dir = str(run.trials_dir / trial_name)
     return row_result
+
+
+def forget_loggers(name: str) -> None:
+    """Drop a finished trial's loggers from :mod:`logging`'s registry.
+
+    Harbor names a logger after each trial (and its agent's under it); logging keeps every
+    named logger for the life of the process: ~8 entries per row, the sweep's only memory that
+    grew with the rows done (``docs/performance.md``). Call it on the event loop's thread.
+    """
+    registry = logging.Logger.manager.loggerDict
+    gone = [registry.pop(n) for n in [n for n in registry if n == name or n.startswith(f"{name}.")]]
+    for holder in registry.values():  # a placeholder (a name with no logger of its own) lists its children
+        if isinstance(holder, logging.PlaceHolder):
+            for logger in gone:
+                holder.loggerMap.pop(logger, None)
 
 
 #: What Osmosis's grader runner raises when ``grade()`` set no reward (then no reward file exists).

@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 
-from prefect_harbor.results import RESULTS_SCHEMA, RowResult, SweepSummary
+from prefect_harbor.results import RESULTS_SCHEMA, RowResult, RunTally, SweepSummary
 from prefect_harbor.storage import RunStore
 
 
@@ -26,7 +26,7 @@ def test_finalize_compacts_in_row_order_and_drops_the_parts(tmp_path):
     rows = [row(2), row(0, reward=0.0), row(1, started_at=datetime(2026, 1, 1, tzinfo=UTC))]
     for result in rows:
         writer.write_row(result)
-    uri = writer.finalize(rows)
+    uri = writer.finalize()
     assert uri == f"file://{tmp_path}/run1/results.parquet"
     table = pq.read_table(uri)
     assert table.column("row_index").to_pylist() == [0, 1, 2]
@@ -36,7 +36,8 @@ def test_finalize_compacts_in_row_order_and_drops_the_parts(tmp_path):
 
 def test_rewards_map_round_trips(tmp_path):
     writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
-    uri = writer.finalize([row(0, rewards={"reward": 1.0, "format": 0.0})])
+    writer.write_row(row(0, rewards={"reward": 1.0, "format": 0.0}))
+    uri = writer.finalize()
     assert pq.read_table(uri).column("rewards").to_pylist() == [[("reward", 1.0), ("format", 0.0)]]
 
 
@@ -61,3 +62,25 @@ def test_small_sweeps_get_a_task_run_per_row_and_big_ones_batches():
     assert default_rows_per_task_run(500, 4) == 13
     assert default_rows_per_task_run(10_000, 4) == MAX_ROWS_PER_TASK_RUN
     assert default_rows_per_task_run(0, 4) == 1
+
+
+def test_a_run_with_no_rows_finalizes_an_empty_table(tmp_path):
+    uri = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback").finalize()
+    assert pq.read_table(uri).schema.equals(RESULTS_SCHEMA) and pq.read_table(uri).num_rows == 0
+
+
+def test_the_tally_keeps_the_report_examples_without_keeping_every_row():
+    from prefect_harbor.flows.reporting import report_markdown
+
+    tally = RunTally(failures_kept=2, slowest=2)
+    for index in range(1000):
+        failed = index % 2 == 1
+        tally.add(row(index, status="failure" if failed else "success", reward=None if failed else 1.0, total_sec=index % 7,
+                      err_category="agent_error" if failed else None, err_message=f"boom {index}" if failed else None))  # fmt: skip
+    summary = tally.summary("run1", "uri")
+    assert (summary.rows, summary.success, summary.failure, summary.mean_reward) == (1000, 500, 500, 1.0)
+    assert [r.row_id for r in tally.failures["agent_error"]] == ["r1", "r3"]
+    assert [(r.total_sec, r.row_id) for r in tally.slowest()] == [(6.0, "r6"), (6.0, "r13")]
+    report = report_markdown(summary, tally)
+    assert "### agent_error (500)" in report and "| … | 498 more in the results table | | |" in report
+    assert "boom 1 " in report and "boom 5 " not in report

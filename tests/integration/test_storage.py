@@ -38,7 +38,7 @@ def test_parts_on_s3_are_readable_mid_run_and_compacted_at_the_end(moto_bucket, 
     store.write_row(row(1))
     fs = s3fs.S3FileSystem(**options)
     assert pq.read_table(f"{url.removeprefix('s3://')}/run1/parts", filesystem=fs).num_rows == 2
-    uri = store.finalize([row(1), row(0)])
+    uri = store.finalize()
     assert uri == f"{url}/run1/results.parquet"
     fs.invalidate_cache()  # this reader listed the parts above; the store removed them since
     assert pq.read_table(uri.removeprefix("s3://"), filesystem=fs).column("row_id").to_pylist() == ["r0", "r1"]
@@ -60,7 +60,7 @@ def test_a_storage_outage_keeps_rows_locally_and_says_where(moto_endpoint, tmp_p
     store.write_row(row(1))
     assert store.unsent == ["parts/part-000001.parquet"]
     assert pq.read_table(tmp_path / "fallback" / "parts" / "part-000001.parquet").column("row_id").to_pylist() == ["r1"]
-    location = store.finalize([row(0), row(1)])
+    location = store.finalize()
     assert location == str(tmp_path / "fallback" / "results.parquet")  # the storage is still down
     assert set(store.unsent) == {"parts/part-000001.parquet", "results.parquet"}
     assert pq.read_table(location).num_rows == 2
