@@ -159,3 +159,19 @@ def test_no_verifier_and_no_error_means_no_reward_source():
 
 def test_cancelled_trials_are_cancelled_rows():
     assert outcome(BASE, trial_result(None, error="CancelledError")).status == "cancelled"
+
+
+def test_a_finished_trials_loggers_are_forgotten():
+    """Harbor names a logger per trial; logging would keep them (and the placeholders' links) for ever."""
+    import logging
+
+    from prefect_harbor.trials import forget_loggers
+
+    trial = logging.getLogger("forget-test.trial.row1__abc")
+    logging.getLogger("forget-test.trial.row1__abc.agents.base")
+    other = logging.getLogger("forget-test.trial.row2__def")
+    forget_loggers(trial.name)
+    registry = logging.Logger.manager.loggerDict
+    assert [name for name in registry if name.startswith("forget-test.trial.row1__abc")] == []
+    assert list(registry["forget-test.trial"].loggerMap) == [other]
+    assert logging.getLogger("forget-test.trial.row2__def") is other
