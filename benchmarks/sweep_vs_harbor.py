@@ -25,7 +25,7 @@ figure, ``(sweep wall - sum of trial time / C) / N``, is printed too.
 ``peak_rss_mb`` is VmHWM of the sweep's child process (the flow process).
 
 The last line is ``ratio=<sweep/harbor wall> overhead_ms=<...> peak_rss_mb=<...>``.
-Options: ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
+Options: ``--rows-per-task-run K`` (the sweep's batching; default its own), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
 thread, must be installed), ``--cancel-after S`` (SIGTERM the sweep after S seconds and
 time its exit), ``--settle S`` (how long to wait for the server's task-run count).
 """
@@ -90,6 +90,19 @@ def thread_cpu() -> dict[str, float]:
     return {"(process total)": total, **dict(sorted(seen.items(), key=lambda item: -item[1]))}
 
 
+def sample_rss(interval: float = 1.0) -> list[float]:
+    """VmRSS every ``interval`` seconds for the rest of the process: is memory flat as rows finish?"""
+    samples: list[float] = []
+
+    def sample() -> None:
+        while True:
+            samples.append(proc_status_mb("VmRSS"))
+            time.sleep(interval)
+
+    threading.Thread(target=sample, name="rss-sampler", daemon=True).start()
+    return samples
+
+
 def watch_first_sandbox() -> list[float]:
     """Patch the sandbox's start so the first trial's start time (epoch) is recorded."""
     first: list[float] = []
@@ -138,7 +151,9 @@ async def run_sweep(spec: dict) -> dict:
     dataset = write_dataset(scratch / "dataset.jsonl", rows, spec["task_names"])
     backend = sweep_backend(spec["concurrency"], scratch / "sweep-trials", Path(spec["tasks_dir"]))
     began = time.perf_counter()
-    state = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(scratch / "results"), return_state=True)
+    state = await evaluation_sweep(
+        dataset=str(dataset), backend=backend, results=str(scratch / "results"), rows_per_task_run=spec.get("rows_per_task_run"), return_state=True
+    )
     wall = time.perf_counter() - began
     summary = await state.result(raise_on_failure=False)
     table = pq.read_table(summary.results_uri.removeprefix("file://"), columns=["status", "total_sec"]).to_pydict()
@@ -160,6 +175,7 @@ def child(mode: str, spec_path: Path) -> None:
 
     first = watch_first_sandbox()
     baseline_rss = proc_status_mb("VmRSS")
+    rss_samples = sample_rss()
     started_epoch = time.time()
     runner = run_harbor if mode == "harbor" else run_sweep
     profiler = None
@@ -180,6 +196,7 @@ def child(mode: str, spec_path: Path) -> None:
         first_trial_epoch=first[0] if first else None,
         baseline_rss_mb=baseline_rss,
         peak_rss_mb=proc_status_mb("VmHWM"),
+        rss_by_quarter_mb=[rss_samples[min(len(rss_samples) - 1, len(rss_samples) * q // 4)] for q in (1, 2, 3, 4)] if rss_samples else [],
         cpu_s=thread_cpu(),
         process_cpu_s=(lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(resource.RUSAGE_SELF)),
         children_cpu_s=(lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN)),
@@ -266,8 +283,9 @@ def run_child(mode: str, spec: dict, env: dict[str, str], cancel_after: float | 
     return {**json.loads(result_path.read_text()), **cancel}
 
 
-def server_check(api: str, flow_run_id: str, expected: int, settle: float, log: Path) -> dict:
-    """Task runs the server recorded for the flow run, right away and once the count is stable."""
+def server_check(api: str, flow_run_id: str, settle: float, log: Path) -> dict:
+    """Task runs the server recorded for the flow run, right away and once the count is stable
+    (consistent: the same count, all COMPLETED)."""
     import httpx
 
     with httpx.Client(base_url=api, timeout=60) as client:
@@ -284,9 +302,9 @@ def server_check(api: str, flow_run_id: str, expected: int, settle: float, log: 
 
         at_end, began = count(), time.perf_counter()
         history = [count(["COMPLETED"])]
+
         def settled() -> bool:
-            stable = len(history) >= 5 and len(set(history[-5:])) == 1
-            return history[-1] >= expected or (stable and time.perf_counter() - began > 30)
+            return history[-1] == at_end or (len(history) >= 5 and len(set(history[-5:])) == 1 and time.perf_counter() - began > 30)
 
         while time.perf_counter() - began < settle and not settled():
             time.sleep(2)
@@ -297,7 +315,7 @@ def server_check(api: str, flow_run_id: str, expected: int, settle: float, log: 
             "task_runs": count(),
             "completed": history[-1],
             "not_final": count(["PENDING", "RUNNING", "SCHEDULED"]),
-            "row_runs": count(name="row "),
+            "row_runs": count(name="row"),
             "settle_s": time.perf_counter() - began,
             "flow_run_state": flow_run["state"]["type"],
             "flow_run_start": flow_run.get("start_time"),
@@ -332,14 +350,16 @@ def main(arguments: argparse.Namespace) -> None:
                 harbor["server_cpu_s"] = session_cpu(server_pid) - cpu
                 print(f"harbor done, load {load()}")
             (scratch / "b").mkdir()
-            sweep_spec = {**base_spec, "scratch": str(scratch / "b"), "profile": str(arguments.profile.resolve()) if arguments.profile else None}
+            sweep_spec = {
+                **base_spec, "scratch": str(scratch / "b"), "profile": str(arguments.profile.resolve()) if arguments.profile else None,
+                "rows_per_task_run": arguments.rows_per_task_run,
+            }  # fmt: skip
             cpu = session_cpu(server_pid)
             sweep = run_child("sweep", sweep_spec, env, arguments.cancel_after)
             sweep["server_cpu_s"] = session_cpu(server_pid) - cpu
             print(f"sweep done, load {load()}")
-            expected = rows + 1  # one task run per row (trial, verification, archive), inspect-dataset (prewarm adds one per task)
-            server = server_check(api, sweep["flow_run_id"], expected, arguments.settle, scratch / "server.log")
-        report(rows, concurrency, harbor, sweep, server, expected)
+            server = server_check(api, sweep["flow_run_id"], arguments.settle, scratch / "server.log")
+        report(rows, concurrency, harbor, sweep, server)
     finally:
         if arguments.keep:
             print(f"kept {scratch}")
@@ -347,7 +367,7 @@ def main(arguments: argparse.Namespace) -> None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server: dict, expected: int) -> None:
+def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server: dict) -> None:
     def row(label: str, key: str, fmt: str = "{:.2f}") -> None:
         cells = [fmt.format(r[key]) if r is not None and r.get(key) is not None else "-" for r in (harbor, sweep)]
         print(f"{label:<32}{cells[0]:>12}{cells[1]:>12}")
@@ -370,14 +390,16 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
     print(f"sweep: flow run {sweep['flow_run_id']} {sweep['state']}, {sweep['rows_written']} rows written {sweep['statuses']}")
     if "cancel_exit_s" in sweep:
         print(f"sweep cancelled by SIGTERM: process exited {sweep['cancel_exit_s']:.2f} s after the signal")
+    if sweep.get("rss_by_quarter_mb"):
+        print("sweep RSS at 25/50/75/100 % of the run MB: " + " / ".join(f"{mb:.0f}" for mb in sweep["rss_by_quarter_mb"]))
     print("sweep CPU by thread: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in sweep["cpu_s"].items()))
     flow_start = epoch(server["flow_run_start"])
     if flow_start and sweep.get("first_trial_epoch"):
         print(f"flow run started {flow_start - sweep['started_epoch']:.2f} s after the call; first sandbox {sweep['first_trial_epoch'] - flow_start:.2f} s after the flow run started")
     print(
         f"server: {server['task_runs_at_end']} task runs recorded when the sweep returned, {server['task_runs']} after {server['settle_s']:.0f} s "
-        f"({server['completed']} COMPLETED, {server['not_final']} not final; {server['row_runs']} 'row'; "
-        f"expected {expected} = 1 per row + inspect-dataset, + prewarm per task); "
+        f"({server['completed']} COMPLETED, {server['not_final']} not final; {server['row_runs']} holding rows ('row …' / 'rows from …'), "
+        f"the rest inspect-dataset and prewarm per task); "
         f"flow run {server['flow_run_state']}; {server['dropped_event_lines']} dropped-event log lines"
     )
     ratio = sweep["wall_s"] / harbor["wall_s"] if harbor else math.nan
@@ -398,6 +420,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=Path, default=TASKS, help="a folder of Harbor tasks (dataset mode)")
     parser.add_argument("--task", action="append", help=f"task names in it, used in turn (default: {' '.join(QUICK_TASKS)})")
     parser.add_argument("--skip-harbor", action="store_true", help="only the sweep (profiling, cancellation)")
+    parser.add_argument("--rows-per-task-run", type=int, help="the sweep's rows_per_task_run (default: its own)")
     parser.add_argument("--profile", type=Path, help="write a pyinstrument profile of the sweep here (.txt and .html)")
     parser.add_argument("--cancel-after", type=float, help="SIGTERM the sweep after this many seconds; time its exit")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds to wait for the server's task-run count")
