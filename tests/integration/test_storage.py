@@ -111,7 +111,11 @@ async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(
     assert fs.find("sweeps/evals/prefect-results"), "task results were not persisted to the storage block"
 
 
-def test_killing_the_flow_process_keeps_every_finished_row(tmp_path):
+def test_killing_the_flow_process_keeps_every_finished_row(tmp_path, prefect_server):
+    # Against the session's Prefect server: on a temporary server of its own, the SIGKILLed CLI
+    # would leave that server running (orphaned) for the rest of the session, after a ~20 s start.
+    from prefect.settings import get_current_settings
+
     tasks = tmp_path / "tasks"
     for n in range(3):
         write_task(tasks, f"quick{n}")
@@ -122,7 +126,8 @@ def test_killing_the_flow_process_keeps_every_finished_row(tmp_path):
     cli = str(Path(sys.executable).parent / "prefect-harbor")
     process = subprocess.Popen(
         [cli, "sweep", "--tasks-dir", str(tasks), "--dataset", str(dataset), "--results", str(results), "--concurrency", "4"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "cli.log", "wb"), env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "cli.log", "wb"),
+        env={**os.environ, "TMPDIR": str(tmp_path), "PREFECT_API_URL": str(get_current_settings().api.url)},
     )  # fmt: skip
     deadline = time.monotonic() + 180
     while len(list(results.glob("*/parts/*.parquet"))) < 3:
