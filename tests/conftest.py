@@ -12,6 +12,13 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The process-worker tests run last: their `prefect deploy` takes the deployment names the
+    shared `prefect-harbor serve` serves, so it is stopped for them, and runs no more after."""
+    on_worker = [item for item in items if "worker" in getattr(item, "fixturenames", ())]
+    items[:] = [item for item in items if item not in on_worker] + on_worker
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
     """A real temporary Prefect server (SQLite) for the whole session: started once, ~15 s."""
@@ -162,34 +169,31 @@ def screenshots() -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def serve_process(ui_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The session's one `prefect-harbor serve` (deployment_helpers.SharedServe), started by `served` when first needed."""
+    from deployment_helpers import SharedServe
+
+    shared = SharedServe(ui_server, tmp_path_factory.mktemp("serve"))
+    yield shared
+    shared.stop()
+
+
 @pytest.fixture
-def served(ui_server: str, tmp_path) -> Iterator[dict]:
-    """`prefect-harbor serve` with a scheduled sweep every 5 s, against the real server."""
-    import subprocess
+def served(ui_server: str, serve_process, tmp_path) -> Iterator[dict]:
+    """`prefect-harbor serve` (shared, see SharedServe) against the real server: the environment to reach it with.
 
-    from deployment_helpers import BIN, api_env
-    from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
-
-    env = api_env(ui_server, tmp_path)
-    subprocess.run(
-        [str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
-         f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle', n_concurrent=3).save('deploy-examples', overwrite=True)"],
-        env=env, check=True,
-    )  # fmt: skip
-    process = subprocess.Popen(
-        [str(BIN / "prefect-harbor"), "serve", "--nightly-dataset", str(EXAMPLE_DATASET), "--nightly-backend-block", "deploy-examples",
-         "--nightly-results", str(tmp_path / "scheduled"), "--interval", "5"],
-        env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    yield env
-    process.terminate()
-    process.wait(timeout=60)
-    # Its 5 s schedule leaves runs scheduled ahead: delete the deployment (and with it those
-    # runs), or a later test's process worker would pick up the backlog.
+    Its deployments: ``sweep`` and ``prewarm`` with the ``deploy-examples`` block, and ``nightly``,
+    paused (``serve_process.nightly_resumed()`` lets it fire). Runs a test left under way are
+    stopped after it, as a per-test serve would have.
+    """
     import httpx
 
-    nightly = httpx.get(f"{ui_server}/api/deployments/name/evaluation-sweep/nightly")
-    if nightly.status_code == 200:
-        httpx.delete(f"{ui_server}/api/deployments/{nightly.json()['id']}")
+    from deployment_helpers import api_env
 
-
+    serve_process.ensure_running()
+    yield api_env(ui_server, tmp_path)
+    for flow, name in (("evaluation-sweep", "sweep"), ("prewarm", "prewarm")):
+        deployment = httpx.get(f"{ui_server}/api/deployments/name/{flow}/{name}", timeout=30)
+        if deployment.status_code == 200:
+            serve_process.stop_runs(deployment.json()["id"])

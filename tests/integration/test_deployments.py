@@ -19,12 +19,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 FLOOD = 3
 
 
-def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: str, timeout: float = 180) -> list[dict]:
-    """Finished runs of the deployment that wrote to ``results`` (earlier tests' runs excluded)."""
+def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: str, ignore: set[str] = frozenset(), timeout: float = 180) -> list[dict]:
+    """Finished runs of the deployment that wrote to ``results``, but those in ``ignore`` (earlier runs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = httpx.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
-        runs = [r for r in runs if r["parameters"].get("results") == results]
+        runs = [r for r in runs if r["parameters"].get("results") == results and r["id"] not in ignore]
         done = [r for r in runs if r["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")]
         if len(done) >= count:
             return done
@@ -90,52 +90,18 @@ def test_the_prewarm_deployment_reports_each_task(ui_server, served, tmp_path):
     assert run.returncode == 0 and "COMPLETED" in run.stdout.upper(), run.stdout[-2000:] + run.stderr[-2000:]
 
 
-def test_the_scheduled_sweep_fires(ui_server, served, tmp_path):
-    deployment = wait_for_deployment(ui_server, "nightly")
-    assert deployment["schedules"], "the nightly deployment has no schedule"
-    runs = wait_for_terminal_runs(ui_server, deployment["id"], count=1, results=str(tmp_path / "scheduled"))
+def test_the_scheduled_sweep_fires(ui_server, served, serve_process):
+    # The shared serve keeps the nightly schedule paused between tests: let it fire here.
+    with serve_process.nightly_resumed() as (deployment, earlier):
+        assert deployment["schedules"], "the nightly deployment has no schedule"
+        runs = wait_for_terminal_runs(ui_server, deployment["id"], count=1, results=serve_process.nightly_results, ignore=earlier)
     assert runs[0]["state_type"] == "COMPLETED", json.dumps(runs[0])[:2000]
-    assert list((tmp_path / "scheduled").glob("*/results.parquet"))
-
-
-@pytest.fixture
-def worker(ui_server, tmp_path):
-    """The prefect.yaml deployments on a process work pool, and a worker polling it."""
-    env = {**api_env(ui_server, tmp_path), "PREFECT_WORKER_QUERY_SECONDS": "1"}
-    repo = Path(__file__).resolve().parents[2]
-    prefect = str(BIN / "prefect")
-    subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
-    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=repo, capture_output=True, text=True)
-    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
-    process = subprocess.Popen(
-        [prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"),
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    yield env
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        # Prefect's graceful worker shutdown can outlast the test on a loaded server; what is
-        # under test already happened. Never leave a worker polling for the rest of the session.
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+    assert list(Path(serve_process.nightly_results).glob(f"*-{runs[0]['id'][:8]}/results.parquet"))
 
 
 def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
     code = f"from prefect_harbor.blocks import HarborBackend as B; B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
     subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
-
-
-def test_a_process_worker_runs_the_prefect_yaml_deployment(worker, tmp_path):
-    save_backend(worker, "examples-oracle", EXAMPLE_TASKS)
-    run = subprocess.run(
-        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
-         "--param", "backend_block=examples-oracle", "--param", f"results={tmp_path / 'by-worker'}", "--watch"],
-        env=worker, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-2000:] + (tmp_path / "worker.log").read_text()[-3000:]
-    assert list((tmp_path / "by-worker").glob("*/results.parquet"))
 
 
 def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sandbox_deadline: float) -> tuple[float, float]:
@@ -174,12 +140,53 @@ def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sand
     return gone_after, time.monotonic() - requested
 
 
-def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
-    gone, cancelled = cancel_a_running_sweep(ui_server, worker, tmp_path, "worker", sandbox_deadline=60)
-    print(f"worker run: cancel -> sandboxes gone {gone:.2f} s, -> CANCELLED {cancelled:.2f} s")
-
-
 def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_server, served, tmp_path):
     """serve() SIGTERMs the flow process and SIGKILLs it 30 s later; the sweep must be done well before."""
     gone, cancelled = cancel_a_running_sweep(ui_server, served, tmp_path, "served", sandbox_deadline=25)
     print(f"served run: cancel -> sandboxes gone {gone:.2f} s, -> CANCELLED {cancelled:.2f} s")
+
+
+@pytest.fixture(scope="module")
+def worker(ui_server, serve_process, tmp_path_factory):
+    """The prefect.yaml deployments on a process work pool, and a worker polling it (shared by the
+    worker tests, which conftest runs last: the worker takes the deployment names serve served).
+
+    Its environment's TMPDIR holds the worker's log.
+    """
+    serve_process.stop()
+    tmp_path = tmp_path_factory.mktemp("worker")
+    env = {**api_env(ui_server, tmp_path), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    repo = Path(__file__).resolve().parents[2]
+    prefect = str(BIN / "prefect")
+    subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
+    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=repo, capture_output=True, text=True)
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    process = subprocess.Popen(
+        [prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    yield env
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        # Prefect's graceful worker shutdown can outlast the test on a loaded server; what is
+        # under test already happened. Never leave a worker polling for the rest of the session.
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def test_a_process_worker_runs_the_prefect_yaml_deployment(worker, tmp_path):
+    save_backend(worker, "examples-oracle", EXAMPLE_TASKS)
+    run = subprocess.run(
+        [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
+         "--param", "backend_block=examples-oracle", "--param", f"results={tmp_path / 'by-worker'}", "--watch"],
+        env=worker, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + (Path(worker["TMPDIR"]) / "worker.log").read_text()[-3000:]
+    assert list((tmp_path / "by-worker").glob("*/results.parquet"))
+
+
+def test_cancelling_a_worker_run_stops_its_trials(ui_server, worker, tmp_path):
+    gone, cancelled = cancel_a_running_sweep(ui_server, worker, tmp_path, "worker", sandbox_deadline=60)
+    print(f"worker run: cancel -> sandboxes gone {gone:.2f} s, -> CANCELLED {cancelled:.2f} s")
