@@ -196,7 +196,8 @@ async def evaluation_sweep(
     archiver = Archiver(backend=config, store=store, run=run, secrets=tuple(secrets))
 
     async def record(result: RowResult) -> RowResult:
-        result = await asyncio.to_thread(archiver, result, logger)  # a no-op for rows the trial task archived
+        if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others archived in their task run
+            result = await asyncio.to_thread(archiver, result, logger)
         await asyncio.to_thread(store.write_row, result)
         tally.add(result)
         await progress.advance()
