@@ -84,3 +84,15 @@ def test_the_tally_keeps_the_report_examples_without_keeping_every_row():
     report = report_markdown(summary, tally)
     assert "### agent_error (500)" in report and "| … | 498 more in the results table | | |" in report
     assert "boom 1 " in report and "boom 5 " not in report
+
+
+def test_the_spool_keeps_every_row_across_batches(tmp_path, monkeypatch):
+    import prefect_harbor.storage as storage
+
+    monkeypatch.setattr(storage, "SPOOL_BATCH", 4)
+    writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
+    for index in reversed(range(10)):  # 2 full batches and 2 pending rows at the end
+        writer.write_row(row(index))
+    table = pq.read_table(writer.finalize())
+    assert table.column("row_index").to_pylist() == list(range(10))
+    assert not writer.spool_path.exists()
