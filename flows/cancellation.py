@@ -75,16 +75,16 @@ class CancelScope:
                     self.request("the flow run was cancelled")
 
 
-async def wait_or_cancel(pending: set[asyncio.Task[Any]], scope: CancelScope, cancel: Callable[[], Iterable[asyncio.Task[Any]]] | None = None) -> None:
-    """Wait for ``pending`` to finish; on a cancellation request cancel them (or what ``cancel``
-    returns: tasks they wait on, so they can wind down themselves) and wait again."""
+async def wait_or_cancel(pending: set[asyncio.Task[Any]], scope: CancelScope, cancel: Callable[[], Iterable[asyncio.Task[Any]]]) -> None:
+    """Wait for ``pending`` to finish; on a cancellation request cancel what ``cancel`` returns
+    (the tasks they wait on, so that they wind down themselves) and wait for them again."""
     while pending:
         cancelled = asyncio.ensure_future(scope.requested.wait())
         await asyncio.wait({*pending, cancelled}, return_when=asyncio.FIRST_COMPLETED)
         cancelled.cancel()
         pending = {task for task in pending if not task.done()}
         if scope.requested.is_set():
-            for task in list(cancel() if cancel is not None else pending):
+            for task in list(cancel()):
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             return

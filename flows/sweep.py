@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import math
 import uuid
@@ -393,15 +394,8 @@ def rerun_rows(rows, reruns: dict[str, str]):
 
 def record_never_started(store: RunStore, rows, config: HarborBackend, tally: RunTally, batch: int = 1000) -> None:
     """Rows that never reached a sandbox are still result rows: ``cancelled``, in batches."""
-    chunk: list[RowResult] = []
-    for index, row in rows:
-        chunk.append(cancelled_result(base_result(row, index, config), None, None, started=False))
-        if len(chunk) == batch:
-            store.write_rows(chunk)
-            for result in chunk:
-                tally.add(result)
-            chunk = []
-    if chunk:
-        store.write_rows(chunk)
+    results = (cancelled_result(base_result(row, index, config), None, None, started=False) for index, row in rows)
+    for chunk in itertools.batched(results, batch):
+        store.write_rows(list(chunk))
         for result in chunk:
             tally.add(result)

@@ -113,13 +113,6 @@ class SweepSummary(BaseModel):
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
 
-    @classmethod
-    def of(cls, run_id: str, results_uri: str, results: list[RowResult], **extra: Any) -> SweepSummary:
-        tally = RunTally()
-        for result in results:
-            tally.add(result)
-        return tally.summary(run_id, results_uri, **extra)
-
 
 class _Mean:
     __slots__ = ("rows", "rewarded", "total")

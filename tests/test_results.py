@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 
-from prefect_harbor.results import RESULTS_SCHEMA, RowResult, RunTally, SweepSummary
+from prefect_harbor.results import RESULTS_SCHEMA, RowResult, RunTally
 from prefect_harbor.storage import RunStore
 
 
@@ -42,11 +42,10 @@ def test_rewards_map_round_trips(tmp_path):
 
 
 def test_summary_counts_and_means():
-    summary = SweepSummary.of(
-        "run1",
-        "uri",
-        [row(0, "a", reward=1.0), row(1, "a", reward=0.0), row(2, "b", status="failure", reward=None), row(3, "b", status="cancelled", reward=None)],
-    )
+    tally = RunTally()
+    for result in [row(0, "a", reward=1.0), row(1, "a", reward=0.0), row(2, "b", status="failure", reward=None), row(3, "b", status="cancelled", reward=None)]:
+        tally.add(result)
+    summary = tally.summary("run1", "uri")
     assert (summary.rows, summary.success, summary.failure, summary.cancelled) == (4, 2, 1, 1)
     assert summary.mean_reward == 0.5
     assert summary.per_task["a"].mean_reward == 0.5
