@@ -1,7 +1,7 @@
 """How much the Prefect pipeline costs on top of raw Harbor trials, and what a sandbox costs.
 
 Runs, in one process and one minute:
-  1. sandbox start+stop, repeated (the bubblewrap environment alone);
+  1. sandbox start+stop, repeated (the container environment alone, on the examples' image);
   2. N rows of the example tasks as raw harbor trials (Trial.create + run, no Prefect);
   3. the same N rows through the evaluation-sweep flow on a running Prefect server;
 and prints seconds, per-row milliseconds and the flow/raw ratio. Figures are for
@@ -31,7 +31,7 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.paths import TrialPaths  # noqa: E402
 from harbor.trial.trial import Trial  # noqa: E402
 
-from prefect_harbor.sandbox import IMPORT_PATH, BubblewrapEnvironment  # noqa: E402
+from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "examples" / "tasks"
@@ -40,16 +40,14 @@ QUICK_TASKS = ["reward-txt", "multi-key-reward", "broken-solution", "no-network"
 
 
 async def sandbox_start_stop(scratch: Path, repeats: int) -> list[float]:
-    environment_dir = scratch / "env"
-    environment_dir.mkdir()
-    (environment_dir / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    environment_dir = TASKS / "reward-txt" / "environment"
     timings = []
     for n in range(repeats):
         paths = TrialPaths(trial_dir=scratch / f"trial{n}")
         paths.mkdir()
-        env = BubblewrapEnvironment(
+        env = ContainerEnvironment(
             environment_dir=environment_dir, environment_name="bench", session_id=f"bench{n}",
-            trial_paths=paths, task_env_config=TaskEnvironmentConfig(), sandboxes_dir=str(scratch / "sandboxes"),
+            trial_paths=paths, task_env_config=TaskEnvironmentConfig(),
         )  # fmt: skip
         began = time.perf_counter()
         await env.start(force_build=False)

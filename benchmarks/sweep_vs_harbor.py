@@ -4,8 +4,8 @@
 
 Starts a Prefect server once (its start-up is not counted), then runs, each in a fresh child
 process of this script, on the same N trials of the example oracle tasks (dataset mode, the
-quick tasks in turn, as ``sweep_overhead.py`` builds them) in the same bubblewrap sandbox
-(``EnvironmentConfig(import_path=prefect_harbor.sandbox.bubblewrap:BubblewrapEnvironment)``)
+quick tasks in turn, as ``sweep_overhead.py`` builds them) in the same container sandbox
+(``EnvironmentConfig(import_path=prefect_harbor.sandbox.container:ContainerEnvironment)``)
 at the same concurrency:
 
   (a) harbor's job runner: ``Job.create(JobConfig(tasks=[N local tasks], n_concurrent_trials=C,
@@ -57,7 +57,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep_overhead import QUICK_TASKS, TASKS, row_tasks, sweep_backend, write_dataset  # noqa: E402
 
-from prefect_harbor.sandbox import IMPORT_PATH, BubblewrapEnvironment  # noqa: E402
+from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
 #: Server log lines that mean an event (and so possibly a task-run record) was lost.
 DROP_MARKERS = ("dropping", "queue is full", "Max flush retries")
@@ -106,14 +106,14 @@ def sample_rss(interval: float = 1.0) -> list[float]:
 def watch_first_sandbox() -> list[float]:
     """Patch the sandbox's start so the first trial's start time (epoch) is recorded."""
     first: list[float] = []
-    original = BubblewrapEnvironment.start
+    original = ContainerEnvironment.start
 
     async def start(self, *args, **kwargs):
         if not first:
             first.append(time.time())
         return await original(self, *args, **kwargs)
 
-    BubblewrapEnvironment.start = start
+    ContainerEnvironment.start = start
     return first
 
 

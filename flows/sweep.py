@@ -25,14 +25,13 @@ from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
+from prefect_harbor.prewarm import PrewarmResult
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, RunTally, SweepSummary
-from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows
-from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH as SANDBOX_IMPORT_PATH
-from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
+from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
 from prefect_harbor.native_agents import prepare_native_agent
-from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
+from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
 from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial, run_trials, trial_and_archive
@@ -99,10 +98,9 @@ async def evaluation_sweep(
     if rows_per_task_run is not None and rows_per_task_run < 1:
         raise ConfigurationError(f"rows_per_task_run: {rows_per_task_run} is not a row count; give 1 or more, or leave it empty for the default.")
     config = await resolve_backend(backend, backend_block)
-    if config.environment.import_path == SANDBOX_IMPORT_PATH:
-        sandboxes = Path(config.environment.kwargs.get("sandboxes_dir") or default_sandboxes_dir())
-        for reaped in await asyncio.to_thread(reap_stale_sandboxes, sandboxes):
-            logger.warning(f"Reaped a sandbox left behind by a dead run: {reaped}")
+    if config.environment.is_local_sandbox:
+        for reaped in await asyncio.to_thread(reap_orphans):
+            logger.warning(f"Removed container {reaped}, left behind by a run whose process died.")
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
     storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
@@ -135,6 +133,7 @@ async def evaluation_sweep(
     await asyncio.to_thread(store.write_manifest, manifest)
     if prewarm:
         prewarmed = await prewarm_all(config, run, info.task_ids)
+        await asyncio.to_thread(archive_build_logs, store, prewarmed, secrets)
         run = dataclasses.replace(run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
     batch_task, row_task = run_trials, run_trial
     if storage is not None and storage._block_document_id is not None:
@@ -330,6 +329,14 @@ async def evaluation_sweep(
 #: The default batch: about this many task runs per lane, and never more than this many rows in one.
 TASK_RUNS_PER_LANE = 10
 MAX_ROWS_PER_TASK_RUN = 100
+
+
+def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], secrets: list[str]) -> None:
+    """Keep the log of every image this run's prewarm built (or failed to) in the run folder."""
+    for result in prewarmed:
+        if result.build_log and Path(result.build_log).is_file():
+            text = Path(result.build_log).read_text(errors="replace")
+            store.write_bytes(f"prewarm/{path_safe(result.task)}.build.log", redact(text, secrets).encode())
 
 
 def default_rows_per_task_run(rows: int, lanes: int) -> int:

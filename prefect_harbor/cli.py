@@ -256,18 +256,36 @@ def print_summary(summary: SweepSummary) -> None:
     console.print(f"Results: {summary.results_uri}", soft_wrap=True)
 
 
-@app.command()
-def cleanup(
-    sandboxes_dir: Annotated[Path | None, typer.Option(help="Where sandboxes keep their private trees (default: the system temp folder's).")] = None,
-) -> None:
-    """Kill and remove sandboxes left behind by sweeps whose process died."""
-    from prefect_harbor.sandbox.bubblewrap import default_sandboxes_dir
-    from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
+images = typer.Typer(help="Task images and the local base images they build on.", no_args_is_help=True)
+app.add_typer(images, name="images")
 
-    reaped = reap_stale_sandboxes(sandboxes_dir or default_sandboxes_dir())
-    for path in reaped:
-        Console().print(f"reaped {path}", highlight=False)
-    Console().print(f"{len(reaped)} stale sandbox(es) reaped")
+
+@images.command("bootstrap")
+def images_bootstrap(
+    references: Annotated[list[str], typer.Argument(help="Base images to make, e.g. debian:bookworm debian:bookworm-slim.")],
+    mirror: Annotated[str | None, typer.Option(help="The Debian mirror (default: the host's own, from its apt sources).")] = None,
+    force: Annotated[bool, typer.Option(help="Bootstrap again even if the image exists.")] = False,
+) -> None:
+    """Build base images from Debian's mirror, for hosts that reach no container registry."""
+    from prefect_harbor.sandbox.bootstrap import bootstrap
+
+    for reference in references:
+        try:
+            made = bootstrap(reference, mirror, force=force)
+        except (ValueError, RuntimeError) as error:
+            raise fail(str(error)) from None
+        Console().print(f"{reference}: {made}", highlight=False)
+
+
+@app.command()
+def cleanup() -> None:
+    """Remove trial containers left behind by sweeps whose process died."""
+    from prefect_harbor.sandbox.janitor import reap_orphans
+
+    reaped = reap_orphans()
+    for name in reaped:
+        Console().print(f"removed {name}", highlight=False)
+    Console().print(f"{len(reaped)} orphaned container(s) removed")
 
 
 @app.command()

@@ -53,13 +53,13 @@ def reject_legacy_keywords(data: Any) -> None:
 
 
 class TrialEnvironment(BaseModel):
-    """Where trials run: the local bubblewrap sandbox, or any Harbor environment."""
+    """Where trials run: the local container sandbox (podman), or any Harbor environment."""
 
     model_config = ConfigDict(title="Trial environment")
 
     type: str | None = Field(default=None, description="A Harbor environment type (docker, daytona, modal, e2b, ...).")
     import_path: str | None = Field(
-        default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local bubblewrap sandbox by default."
+        default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local container sandbox by default."
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Options passed to the environment's constructor.")
 
@@ -77,7 +77,7 @@ class TrialEnvironment(BaseModel):
 
     @property
     def is_local_sandbox(self) -> bool:
-        """Whether trials run in this project's bubblewrap sandbox (host paths can be mounted in)."""
+        """Whether trials run in this project's container sandbox (host paths can be mounted in)."""
         return self.import_path == SANDBOX_IMPORT_PATH
 
 

@@ -46,6 +46,7 @@ from harbor.models.trial.config import AgentConfig
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, NATIVE_AGENTS, ConfigurationError
 from prefect_harbor.pyenvs import PreparedEnv, cache_root, prepare_env
+from prefect_harbor.sandbox.network import reachable_from_sandbox
 
 #: The mini-swe-agent release the prepared environment holds: a 2.x (harbor 0.25 drives
 #: mini-swe-agent v2: ``-c`` spec lists, tool-call trajectories), checked with harbor's runner.
@@ -156,6 +157,7 @@ def _mini_swe_agent_config(model: str, url: str, key: str, kwargs: dict[str, Any
         model_section["model_kwargs"]["reasoning_effort"] = effort
         kwargs["config"] = config
     kwargs["prepared_env"] = str(env.path)
+    url = reachable_from_sandbox(url)  # mini-swe-agent calls the model from inside the container
     agent_env = {
         "MSWEA_COST_TRACKING": "ignore_errors",
         "OPENAI_API_BASE": url,
@@ -163,6 +165,7 @@ def _mini_swe_agent_config(model: str, url: str, key: str, kwargs: dict[str, Any
         "OPENAI_API_KEY": key,
         # litellm otherwise fetches its model-cost map from the internet at import.
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **env.library_env(),
     }
     return AgentConfig(name=None, import_path=PREPARED_MINI_SWE_AGENT, model_name=model, env=agent_env, kwargs=kwargs)
 

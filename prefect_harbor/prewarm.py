@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.rows import DatasetRow
+from prefect_harbor.sandbox import ImageBuildError, prepare_task_image
 from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
 from prefect_harbor.trials import RunContext, build_trial_config, prepare_task, stage_workflow_input, trial_name_for
 
@@ -32,8 +33,10 @@ class PrewarmResult(BaseModel):
 
     task: str
     ok: bool
-    seconds: float = Field(description="Wall time of the install-only trial.")
+    seconds: float = Field(description="Wall time of the image build and the install-only trial.")
     error: str | None = None
+    image: str | None = Field(default=None, description="The task's image, in the local container sandbox.")
+    build_log: str | None = Field(default=None, description="Host path of the image's build log, when this prewarm built it.")
 
 
 def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[ResolvedTask | str]:
@@ -57,8 +60,11 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
     # No credentials: the endpoint (and its key) is replaced, and the agent never runs anyway.
     uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
     copy = run.tasks_copy_dir / trial_name
+    image, build_log = None, None
     try:
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
+        if backend.environment.is_local_sandbox:
+            image, build_log = await prepare_task_image(task_path, backend.environment.kwargs, logger)
         if backend.is_workflow:
             await asyncio.to_thread(stage_workflow_input, row, uncredentialed, run.input_path(trial_name))
         config = build_trial_config(uncredentialed, row, task_path, run, trial_name)
@@ -69,13 +75,18 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
         message = f"{error.exception_type}: {error.exception_message}" if error else None
     except RowRejected as rejected:
         message = str(rejected)
+    except ImageBuildError as failed:
+        message, build_log = f"image build failed: {failed}", failed.log_path
     except Exception as error:  # Trial.create raises what the task's environment definition raised
         message = f"{type(error).__name__}: {error}"
     finally:
         for leftover in (copy, run.trials_dir / trial_name):
             await asyncio.to_thread(shutil.rmtree, leftover, True)
         run.input_path(trial_name).unlink(missing_ok=True)
-    return PrewarmResult(task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message)
+    return PrewarmResult(
+        task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message,
+        image=image, build_log=str(build_log) if build_log else None,
+    )  # fmt: skip
 
 
 def unknown_task(task_id: str, tasks_dir: Path) -> PrewarmResult:

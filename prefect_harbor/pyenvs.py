@@ -7,6 +7,14 @@ requirements of a workflow bundle, or of a native agent that runs inside the san
 from this host's Python. Each trial sees that environment read-only at the same path,
 together with the interpreter it links to and the ``uv`` binary that installs the
 per-trial wheel: the local-sandbox counterpart of Osmosis's Dockerfile patch.
+
+The interpreter was built for this host and loads some of its shared libraries
+(``libssl``, ``libffi``, ``libsqlite3``, ...), which a task's image need not have. Those
+libraries -- glibc itself excepted, which every glibc image has -- are copied once into a
+folder mounted beside the environment (:func:`runtime_libraries`); the processes that run
+the interpreter find them through ``LD_LIBRARY_PATH`` (:meth:`PreparedEnv.library_env`),
+and a ``.pth`` hook takes that folder off ``LD_LIBRARY_PATH`` again at start-up, so the
+task's own programs, started by the agent, never load the host's libraries.
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ from pathlib import Path
 from prefect_harbor.config import ConfigurationError
 
 _COMPLETE_MARKER = ".prefect-harbor-complete"
+#: glibc's own libraries: the image's glibc must serve them, never a copy of the host's.
+_GLIBC = ("ld-linux", "libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so", "libresolv.so", "libutil.so", "libanl.so", "linux-vdso")
+#: The interpreter's own extension modules that no agent or grader loads (Tk pulls in X11).
+_UNUSED_MODULES = ("_tkinter",)
+_HOOK = "_prefect_harbor_hostlibs.pth"
 
 
 class EnvironmentBuildError(ConfigurationError):
@@ -62,6 +75,7 @@ class PreparedEnv:
     path: Path
     base_prefix: Path
     uv: Path
+    libs: Path | None = None
 
     @property
     def python(self) -> str:
@@ -69,8 +83,12 @@ class PreparedEnv:
 
     def mounts(self) -> list[dict]:
         """Harbor ``EnvironmentConfig.mounts`` entries that make the environment usable inside."""
-        paths = [self.base_prefix, self.path, self.uv]
+        paths = [self.base_prefix, self.path, self.uv, *([self.libs] if self.libs else [])]
         return [{"type": "bind", "source": str(p), "target": str(p), "read_only": True} for p in paths]
+
+    def library_env(self) -> dict[str, str]:
+        """What a process running this environment's Python needs in its environment (see the module docstring)."""
+        return {"LD_LIBRARY_PATH": str(self.libs)} if self.libs else {}
 
 
 def prepare_env(
@@ -89,7 +107,7 @@ def prepare_env(
     envs = (root or cache_root()) / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     target = envs / key
-    env = PreparedEnv(path=target, base_prefix=base_prefix, uv=uv)
+    env = PreparedEnv(path=target, base_prefix=base_prefix, uv=uv, libs=runtime_libraries(base_prefix, envs.parent / "hostlibs"))
     with open(envs / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / _COMPLETE_MARKER).is_file():
@@ -106,13 +124,53 @@ def prepare_env(
             # Python cannot cache it, and would otherwise recompile on every start (litellm: ~10 s).
             install = ["pip", "install", "--quiet", "--compile-bytecode", "--python", env.python, "-r", str(requirements_file)]
             _uv(uv, install, f"installing {', '.join(requirements)}")
+        _install_library_hook(target, env.libs)
         (target / _COMPLETE_MARKER).write_text(json.dumps({"requirements": list(requirements)}))
     return env, False
 
 
+def runtime_libraries(base_prefix: Path, root: Path) -> Path:
+    """A folder with the non-glibc shared libraries this interpreter loads, copied from the host once."""
+    python = Path(sys._base_executable).resolve()
+    modules = sorted(p for p in (base_prefix / "lib").glob("python3*/lib-dynload/*.so") if not p.name.startswith(_UNUSED_MODULES))
+    needed: dict[str, Path] = {}
+    for binary in [python, *modules]:
+        listed = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False).stdout
+        for line in listed.splitlines():
+            name, _, rest = line.strip().partition(" => ")
+            resolved = Path(rest.split(" (", 1)[0]) if rest.startswith("/") else None
+            if resolved and not name.startswith(_GLIBC) and not resolved.is_relative_to(base_prefix):
+                needed[name] = resolved.resolve()
+    material = json.dumps(sorted((name, str(path), path.stat().st_size) for name, path in needed.items()))
+    target = root / hashlib.sha256(material.encode()).hexdigest()[:16]
+    if not target.is_dir():
+        staging = root / f".{target.name}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for name, path in needed.items():
+            shutil.copy2(path, staging / name)
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _install_library_hook(venv: Path, libs: Path | None) -> None:
+    """A ``.pth`` line that drops ``libs`` from ``LD_LIBRARY_PATH`` once the interpreter has started."""
+    if libs is None:
+        return
+    line = (
+        f"import os; _kept = [p for p in os.environ.get('LD_LIBRARY_PATH', '').split(':') if p and p != {str(libs)!r}]; "
+        "os.environ.update(LD_LIBRARY_PATH=':'.join(_kept)) if _kept else os.environ.pop('LD_LIBRARY_PATH', None)\n"
+    )
+    for site_packages in venv.glob("lib/python3*/site-packages"):
+        (site_packages / _HOOK).write_text(line)
+
+
 def _key(requirements: list[str], base_prefix: Path, uv: Path) -> str:
     version = subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=False).stdout.strip()
-    material = json.dumps({"requirements": requirements, "python": str(base_prefix), "version": sys.version, "uv": version, "bytecode": True})
+    material = json.dumps({"requirements": requirements, "python": str(base_prefix), "version": sys.version, "uv": version, "bytecode": True, "library_hook": 1})
     return hashlib.sha256(material.encode()).hexdigest()[:20]
 
 

@@ -28,6 +28,7 @@ from prefect_harbor.harness import BundleRuntime, container_input, harness_agent
 from prefect_harbor.native_agents import native_agent_config
 from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
+from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
 
 _TIMEOUT_EXCEPTIONS = frozenset(
@@ -107,7 +108,8 @@ def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) ->
     """Write the row's container input for the harness: prompt, metadata, endpoint; the label stays out."""
     endpoint = backend.model_endpoint
     key = endpoint.api_key.get_secret_value() if endpoint is not None and endpoint.api_key is not None else None
-    document = container_input(row.id, prompt_of(row, backend), row.metadata, None, endpoint.base_url if endpoint else "", key)
+    chat_url = reachable_from_sandbox(endpoint.base_url) if endpoint else ""  # the workflow calls it from inside the container
+    document = container_input(row.id, prompt_of(row, backend), row.metadata, None, chat_url, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, default=str))
     path.chmod(0o600)

@@ -1,6 +1,6 @@
-"""A Docker-free Harbor environment: one bubblewrap sandbox per trial."""
+"""The local sandbox: each trial in a daemonless OCI container (podman), built from the task's Dockerfile."""
 
-from prefect_harbor.sandbox.bubblewrap import IMPORT_PATH, BubblewrapEnvironment
-from prefect_harbor.sandbox.dockerfile import UnsupportedDockerfileError
+from prefect_harbor.sandbox.container import IMPORT_PATH, ContainerEnvironment, prepare_task_image
+from prefect_harbor.sandbox.images import BaseImageNotFoundError, ImageBuildError
 
-__all__ = ["IMPORT_PATH", "BubblewrapEnvironment", "UnsupportedDockerfileError"]
+__all__ = ["IMPORT_PATH", "BaseImageNotFoundError", "ContainerEnvironment", "ImageBuildError", "prepare_task_image"]

@@ -1,151 +1,129 @@
-"""What the bubblewrap sandbox can honour of a task's Dockerfile.
+"""Reading and rewriting a task's Dockerfile text before podman builds it.
 
-The sandbox has no image build: its base filesystem stands in for the ``FROM`` image.
-It honours the instructions that only describe the runtime (``WORKDIR``, ``ENV``,
-``USER``, ``ARG`` defaults used by them) and ignores pure metadata. Instructions that
-would change the filesystem (``RUN``, ``COPY``, ``ADD``, ``ONBUILD``) cannot be
-reproduced; they are reported line by line so the task fails before its trial starts.
+Two rewrites, each because the engine would otherwise build something other than what
+the task's author meant:
+
+* ``FROM`` lines are pinned to the local image each base resolved to (a bootstrapped base,
+  or a stand-in the user mapped), so the build never asks a registry for them.
+* Heredocs (``RUN <<EOF``, ``COPY <<EOF /path``) are lowered to plain instructions,
+  because the buildah in Debian 12 (1.28) predates heredoc support: the body is carried
+  base64-encoded and decoded in the build container (``base64`` from coreutils/busybox).
 """
 
 from __future__ import annotations
 
-import posixpath
+import base64
 import re
 import shlex
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-#: Instructions the sandbox applies to every exec.
-HONOURED = frozenset({"FROM", "WORKDIR", "ENV", "USER", "ARG"})
-#: Instructions that only matter to an image build or a `docker run`, harmless to skip.
-METADATA = frozenset(
-    {"LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "VOLUME"}
-)
-#: Instructions that change the image's filesystem: the sandbox cannot reproduce them.
-UNSUPPORTED = frozenset({"RUN", "COPY", "ADD", "ONBUILD"})
-
-_VARIABLE = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_FROM = re.compile(r"^\s*FROM\s+(?P<args>(?:--\S+\s+)*)(?P<image>\S+)(?:\s+AS\s+(?P<stage>\S+))?\s*$", re.IGNORECASE)
+_ARG = re.compile(r"^\s*ARG\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:=(?P<value>\S*))?\s*$", re.IGNORECASE)
+_HEREDOC = re.compile(r"^(?P<head>\s*(?P<op>RUN|COPY|ADD)\s+(?:--\S+\s+)*)<<(?P<dash>-?)(?P<quote>[\"']?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)(?P=quote)(?P<rest>.*)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class Instruction:
-    line: int
-    keyword: str
-    arguments: str
-
-    def __str__(self) -> str:
-        return f"{self.keyword} {self.arguments}".strip()
-
-
-@dataclass
-class DockerfileRuntime:
-    """The runtime view of a Dockerfile's final stage."""
-
-    base_image: str | None = None
-    workdir: str | None = None
-    user: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    unsupported: list[Instruction] = field(default_factory=list)
+class FromLine:
+    index: int  # first physical line of the instruction
+    end: int  # last physical line (continuations included)
+    image: str  # the reference as written, global ARG defaults substituted
+    stage: str | None
+    platform: str | None
 
 
-class UnsupportedDockerfileError(ValueError):
-    """A task's Dockerfile needs an image build the sandbox cannot do."""
-
-    def __init__(self, path: Path, instructions: list[Instruction]):
-        self.path = path
-        self.instructions = instructions
-        lines = "\n".join(f"  line {i.line}: {_shorten(str(i))}" for i in instructions)
-        super().__init__(
-            f"{path} has instructions the bubblewrap sandbox cannot reproduce "
-            f"(it has no image build; its base filesystem stands in for FROM):\n{lines}\n"
-            "Fix one of: run this task in a Harbor container environment "
-            "(environment type 'docker' or 'podman'); prepare a root filesystem that "
-            "already has what these lines install and pass it as the sandbox's "
-            "`rootfs`; or set the sandbox option "
-            "`ignore_unsupported_dockerfile_instructions = true` to skip them."
-        )
-
-
-def parse_dockerfile(path: Path) -> DockerfileRuntime:
-    """Read ``path`` and return what the sandbox would apply; nothing is executed."""
-    runtime = DockerfileRuntime()
-    args: dict[str, str] = {}
-    for instruction in _instructions(path.read_text(encoding="utf-8")):
-        keyword, arguments = instruction.keyword, instruction.arguments
-        if keyword == "FROM":
-            # A new stage starts from scratch; only the final stage reaches the runtime.
-            runtime = DockerfileRuntime(
-                base_image=arguments.split()[0] if arguments else None,
-                unsupported=runtime.unsupported,
-            )
-        elif keyword == "ARG":
-            name, _, default = arguments.partition("=")
-            args.setdefault(name.strip(), _unquote(default.strip()))
-        elif keyword == "ENV":
-            scope = {**args, **runtime.env}
-            for name, value in _env_pairs(arguments):
-                runtime.env[name] = _substitute(value, scope)
-        elif keyword == "WORKDIR":
-            target = _substitute(_unquote(arguments), {**args, **runtime.env})
-            runtime.workdir = posixpath.normpath(posixpath.join(runtime.workdir or "/", target))
-        elif keyword == "USER":
-            runtime.user = _substitute(arguments, {**args, **runtime.env}) or None
-        elif keyword in UNSUPPORTED:
-            runtime.unsupported.append(instruction)
-        elif keyword not in METADATA:
-            runtime.unsupported.append(instruction)
-    return runtime
-
-
-def _instructions(text: str) -> list[Instruction]:
-    """Split a Dockerfile into instructions, joining backslash continuations."""
-    instructions: list[Instruction] = []
-    buffer: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.strip()
-        if not buffer and (not stripped or stripped.startswith("#")):
+def logical_lines(dockerfile: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, joined text) of each instruction, continuations folded, comments dropped."""
+    out: list[tuple[int, int, str]] = []
+    start, acc = None, ""
+    for index, raw in enumerate(dockerfile.splitlines()):
+        text = raw.rstrip()
+        if start is None and (not text.strip() or text.lstrip().startswith("#")):
             continue
-        if buffer and stripped.startswith("#"):
-            continue  # comment lines inside a continuation are dropped by Docker too
-        if not buffer:
-            start = number
-        if stripped.endswith("\\"):
-            buffer.append(stripped[:-1])
+        if start is None:
+            start = index
+        if text.endswith("\\"):
+            acc += text[:-1] + " "
             continue
-        buffer.append(stripped)
-        keyword, _, arguments = " ".join(buffer).strip().partition(" ")
-        instructions.append(Instruction(start, keyword.upper(), arguments.strip()))
-        buffer = []
-    if buffer:
-        keyword, _, arguments = " ".join(buffer).strip().partition(" ")
-        instructions.append(Instruction(start, keyword.upper(), arguments.strip()))
-    return instructions
+        out.append((start, index, acc + text))
+        start, acc = None, ""
+    if start is not None:
+        out.append((start, len(dockerfile.splitlines()) - 1, acc))
+    return out
 
 
-def _env_pairs(arguments: str) -> list[tuple[str, str]]:
-    tokens = shlex.split(arguments, posix=True)
-    if tokens and "=" not in tokens[0]:
-        # Legacy form: `ENV NAME value with spaces`.
-        name, _, value = arguments.partition(" ")
-        return [(name, value.strip())]
-    return [(token.partition("=")[0], token.partition("=")[2]) for token in tokens]
+def parse_from_lines(dockerfile: str) -> list[FromLine]:
+    """The ``FROM`` lines, with global ``ARG`` defaults substituted as Docker does."""
+    global_args: dict[str, str] = {}
+    found: list[FromLine] = []
+    for start, end, line in logical_lines(dockerfile):
+        if not found and (arg := _ARG.match(line)):
+            global_args[arg["name"]] = (arg["value"] or "").strip("\"'")
+        elif match := _FROM.match(line):
+            platform = next((a.split("=", 1)[1] for a in match["args"].split() if a.startswith("--platform=")), None)
+            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: global_args.get(m.group(1), ""), match["image"])
+            found.append(FromLine(start, end, image, match["stage"], platform))
+    return found
 
 
-def _substitute(value: str, scope: dict[str, str]) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name = match.group("braced") or match.group("bare")
-        default = match.group("default")
-        return scope.get(name) or (default if default is not None else "")
-
-    return _VARIABLE.sub(replace, value)
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    return value
+def external_bases(froms: list[FromLine]) -> list[str]:
+    """The images the build needs from outside (not earlier stages, not ``scratch``)."""
+    stages: set[str] = set()
+    bases: list[str] = []
+    for line in froms:
+        if line.image.lower() not in stages and line.image != "scratch" and line.image not in bases:
+            bases.append(line.image)
+        if line.stage:
+            stages.add(line.stage.lower())
+    return bases
 
 
-def _shorten(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def pin_bases(dockerfile: str, bases: Mapping[str, str], after_each_from: list[str] = ()) -> str:
+    """``dockerfile`` with each external FROM naming its resolved image, then ``after_each_from`` lines."""
+    lines = dockerfile.splitlines()
+    for line in reversed(parse_from_lines(dockerfile)):
+        if line.image not in bases:
+            continue
+        stage = f" AS {line.stage}" if line.stage else ""
+        platform = f"--platform={line.platform} " if line.platform else ""
+        lines[line.index : line.end + 1] = [f"FROM {platform}{bases[line.image]}{stage}", *after_each_from]
+    return "\n".join(lines) + "\n"
+
+
+def lower_heredocs(dockerfile: str) -> str:
+    """Replace heredoc instructions by equivalent ones that buildah 1.28 understands."""
+    lines = dockerfile.splitlines()
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        match = _HEREDOC.match(lines[index])
+        if not match:
+            out.append(lines[index])
+            index += 1
+            continue
+        body: list[str] = []
+        index += 1
+        while index < len(lines) and (lines[index].lstrip("\t") if match["dash"] else lines[index]) != match["word"]:
+            body.append(lines[index].lstrip("\t") if match["dash"] else lines[index])
+            index += 1
+        index += 1  # the closing word
+        out.append(_lowered(match, "\n".join(body) + "\n"))
+    return "\n".join(out) + "\n"
+
+
+def _lowered(match: re.Match[str], body: str) -> str:
+    encoded = base64.b64encode(body.encode()).decode()
+    decode = f"echo {encoded} | base64 -d"
+    head, rest = match["head"], match["rest"].strip()
+    if match["op"].upper() == "RUN":
+        # RUN <<EOF runs the body with the shell; RUN <<EOF cmd feeds the body to cmd's stdin.
+        return f"{head}{decode} | {rest}" if rest else f'{head}eval "$({decode})"'
+    destination = rest.split()[-1] if rest else ""
+    flags = dict(re.findall(r"--(chown|chmod)=(\S+)", head))
+    target = shlex.quote(destination)
+    steps = [f"mkdir -p \"$(dirname {target})\"", f"{decode} > {target}"]
+    if "chown" in flags:
+        steps.append(f"chown {shlex.quote(flags['chown'])} {target}")
+    if "chmod" in flags:
+        steps.append(f"chmod {shlex.quote(flags['chmod'])} {target}")
+    return "RUN " + " && ".join(steps)

@@ -139,17 +139,27 @@ async def background_process_survives_between_execs(env: BaseEnvironment) -> Non
     _ok(await env.exec("pgrep -f 'slee[p] 601'"), "background process gone")
 
 
-async def writes_outside_the_trial_are_impossible(env: BaseEnvironment) -> None:
+async def writes_stay_inside_the_environment(env: BaseEnvironment) -> None:
+    """Root may write anywhere in its own root filesystem (apt-get in test.sh needs it), never on the host's."""
     marker = f"selfcheck-{secrets.token_hex(4)}"
-    for path in (f"/usr/{marker}", f"/etc/{marker}", f"/var/lib/{marker}"):
-        result = await env.exec(f"touch {path}", user="root")
-        assert result.return_code != 0, f"root inside the sandbox could write {path}"
-        assert not Path(path).exists()
-    remount = await env.exec("mount -o remount,rw /usr", user="root")
-    assert remount.return_code != 0, "root inside the sandbox could remount the base read-write"
-    _ok(await env.exec(f"touch /tmp/{marker} /{marker}", user="root"), "private writes")
-    assert not Path(f"/tmp/{marker}").exists(), "the sandbox's /tmp is the host's"
-    assert not Path(f"/{marker}").exists(), "the sandbox's / is the host's"
+    for path in (f"/usr/{marker}", f"/etc/{marker}", f"/tmp/{marker}", f"/{marker}"):
+        _ok(await env.exec(f"touch {path}", user="root"), f"writing {path} inside")
+        assert not Path(path).exists(), f"a write to {path} inside the environment reached the host"
+    remount = await env.exec("mount -t tmpfs none /mnt 2>&1 || exit 1", user="root")
+    assert remount.return_code != 0, "root inside the environment could mount filesystems"
+
+
+async def kernel_settings_are_read_only(env: BaseEnvironment) -> None:
+    before = Path("/proc/sys/kernel/printk_ratelimit_burst").read_text()
+    result = await env.exec("echo 97 > /proc/sys/kernel/printk_ratelimit_burst", user="root")
+    assert result.return_code != 0, "root inside the environment could write /proc/sys"
+    assert Path("/proc/sys/kernel/printk_ratelimit_burst").read_text() == before
+
+
+async def hostname_is_the_container_id(env: BaseEnvironment) -> None:
+    """Harbor's terminus-2 prompts read ``root@<12-hex id>:`` as under Docker."""
+    hostname = _ok(await env.exec("cat /proc/sys/kernel/hostname"), "hostname")
+    assert len(hostname) == 12 and all(c in "0123456789abcdef" for c in hostname), hostname
 
 
 CHECKS: dict[str, Check] = {
@@ -168,7 +178,9 @@ CHECKS: dict[str, Check] = {
         file_round_trip,
         directory_round_trip,
         background_process_survives_between_execs,
-        writes_outside_the_trial_are_impossible,
+        writes_stay_inside_the_environment,
+        kernel_settings_are_read_only,
+        hostname_is_the_container_id,
     )
 }
 

@@ -8,14 +8,18 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# System tools: bwrap, nsenter/setpriv (the local sandbox), tmux (the example tasks),
-# git (git task sources) and, for the test suite's UI checks, chromium.
+# System tools: the daemonless container engine (podman, buildah, runc; tini as the
+# containers' init; debootstrap for base images from Debian's mirror), git (git task
+# sources) and, for the test suite's UI checks, chromium.
 ensure_system_packages() {
     local missing=()
-    command -v bwrap >/dev/null || missing+=(bubblewrap)
-    command -v tmux >/dev/null || missing+=(tmux)
+    command -v podman >/dev/null || missing+=(podman)
+    command -v buildah >/dev/null || missing+=(buildah)
+    command -v runc >/dev/null || missing+=(runc)
+    [ -x /usr/bin/tini-static ] || missing+=(tini)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+    command -v iptables >/dev/null || missing+=(iptables)
     command -v git >/dev/null || missing+=(git)
-    command -v nsenter >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
     if [ "${1:-}" = test ]; then command -v chromium >/dev/null || missing+=(chromium); fi
     [ ${#missing[@]} -eq 0 ] && return
     if [ "$(id -u)" -ne 0 ]; then
@@ -54,6 +58,10 @@ setup() {
     # machine's image) Python would otherwise compile each imported module again in every
     # process: 3 s more per CLI start, minutes over the test suite's subprocesses.
     UV_PYTHON_DOWNLOADS=never "${UV[@]}" sync --locked --python "$PYTHON" --quiet --compile-bytecode
+    # The examples' and tests' FROM lines; where a registry is reachable podman pulls the
+    # real images instead. Kept in podman's storage: later runs find them (~45 s the first time).
+    say "Base images (prefect-harbor images bootstrap)"
+    .venv/bin/prefect-harbor images bootstrap debian:bookworm-slim debian:bookworm
 }
 
 # Offline-friendly Prefect defaults: no analytics, and time for a cold ephemeral server.

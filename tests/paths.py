@@ -11,6 +11,8 @@ EXPECTED_ORACLE_REWARDS = {
     "broken-solution": 0.0,
     "background-process": 1.0,
     "no-network": 1.0,
+    "verify-time-install": 1.0,
+    "non-root-user": 1.0,
 }
 
 #: The example Osmosis v0.3 project (AgentWorkflow + Grader) and its tasks and datasets.

@@ -143,5 +143,5 @@ def test_remote_environments_are_validated_by_harbor_type():
 
 
 def test_a_bundle_needs_the_local_sandbox():
-    with pytest.raises(ValueError, match="environment: a workflow bundle is mounted from this host into the local bubblewrap sandbox"):
+    with pytest.raises(ValueError, match="environment: a workflow bundle is mounted from this host into the local container sandbox"):
         HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow", environment={"type": "modal"})

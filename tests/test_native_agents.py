@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from harbor.agents.factory import AgentFactory
@@ -19,6 +20,7 @@ from prefect_harbor.native_agents import (
     prepare_native_agent,
 )
 from prefect_harbor.pyenvs import PreparedEnv
+from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
 
 KEY = "sk-unit-test-key"
 URL = "http://127.0.0.1:9999/v1"
@@ -82,10 +84,12 @@ def test_mini_swe_agent_gets_the_endpoint_in_its_environment(endpoint, prepared)
     setup = native_agent_config("mini-swe-agent", "openai/m", endpoint, {"cost_limit": "3"}, prepared=prepared)
     assert setup.agent.name is None and setup.agent.import_path == PREPARED_MINI_SWE_AGENT
     assert setup.agent.model_name == "openai/m"
+    in_sandbox = reachable_from_sandbox(URL)  # a loopback endpoint is reached through the relay
+    assert urlsplit(in_sandbox).hostname == gateway_address() and in_sandbox.endswith("/v1")
     assert setup.agent.env == {
         "MSWEA_COST_TRACKING": "ignore_errors",
-        "OPENAI_API_BASE": URL,
-        "OPENAI_BASE_URL": URL,
+        "OPENAI_API_BASE": in_sandbox,
+        "OPENAI_BASE_URL": in_sandbox,
         "OPENAI_API_KEY": KEY,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }

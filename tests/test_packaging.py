@@ -44,5 +44,5 @@ def test_the_wheel_installs_nothing_generic_at_the_top_level(tmp_path):
     top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert top_level == {"prefect_harbor", f"prefect_harbor-{version('prefect-harbor')}.dist-info"}
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("flows/sweep.py", "tasks/trial.py", "sandbox/bubblewrap.py", "cli.py"):
+    for module in ("flows/sweep.py", "tasks/trial.py", "sandbox/container.py", "sandbox/containers.conf", "cli.py"):
         assert f"prefect_harbor/{module}" in names

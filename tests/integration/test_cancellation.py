@@ -18,9 +18,10 @@ from prefect.states import Cancelling
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-from prefect_harbor.sandbox.reaper import reap_stale_sandboxes
+from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
+from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
 
-from tasks_factory import write_task
+from tasks_factory import BASE_IMAGE, write_task
 
 pytestmark = pytest.mark.integration
 
@@ -140,19 +141,21 @@ def test_the_cli_cancels_on_a_signal(tmp_path, signum, on_its_own_server, reques
     assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
 
 
-def test_the_reaper_kills_and_removes_what_a_dead_owner_left(tmp_path):
-    orphan = subprocess.Popen(["sleep", "600"])
+def test_the_janitor_removes_containers_whose_owner_died_and_keeps_the_rest():
     dead = subprocess.Popen(["true"])
     dead.wait()
-    state = tmp_path / "sandboxes" / "trial__env.abc"
-    state.mkdir(parents=True)
-    (state / "sandbox.json").write_text(json.dumps({"owner_pid": dead.pid, "bwrap_pid": orphan.pid, "init_pid": orphan.pid}))
-    alive = tmp_path / "sandboxes" / "other__env.def"
-    alive.mkdir()
-    (alive / "sandbox.json").write_text(json.dumps({"owner_pid": os.getpid(), "bwrap_pid": 1, "init_pid": 1}))
-    assert reap_stale_sandboxes(tmp_path / "sandboxes") == [state]
-    assert orphan.wait(timeout=5) == -signal.SIGKILL
-    assert not state.exists() and alive.exists()
+    image = BASE_IMAGE
+    labels = {"orphan": f"{dead.pid}.0", "kept": owner_token()}
+    names = {}
+    for role, owner in labels.items():
+        names[role] = f"ph-janitor-{role}-{os.getpid()}"
+        podman_sync("run", "-d", "--name", names[role], "--label", f"{LABEL_OWNER}={owner}", image, "sleep", "600").check("run")
+    try:
+        assert names["orphan"] in reap_orphans()
+        assert podman_sync("container", "exists", names["orphan"]).returncode == 1
+        assert podman_sync("container", "exists", names["kept"]).returncode == 0
+    finally:
+        podman_sync("rm", "--ignore", "-f", "-t", "0", *names.values())
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -178,6 +181,8 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
         "s1": "cancelled_running", "nope": "not_found", "q0": "cancelled_queued", "q1": "cancelled_queued", "q2": "cancelled_queued",
     }  # fmt: skip
     await wait_for(lambda: len(marked_processes(marker)) == 1, timeout=30, what="s1's sandbox to go")
+    # Its processes die first; the row ends once its container is removed and its record written.
+    await wait_for(lambda: '"s1": "cancelled"' in (Path(run) / "status.json").read_text(), timeout=30, what="s1 to be recorded")
     again = json.loads((await asyncio.to_thread(cli, "cancel", run, "s1", "s2", "--json")).stdout)
     assert again == {"s1": "not_found", "s2": "cancelled_running"}, "cancelling is idempotent"
     state = await sweep

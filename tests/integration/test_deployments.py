@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from deployment_helpers import BIN, api_env, wait_for_deployment
-from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 #: Runs requested at once in the flood test.
@@ -43,7 +43,7 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "COMPLETED" in run.stdout.upper()
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
-    assert pq.read_table(results).num_rows == 5
+    assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)
 
 
 def create_flow_run(base: str, deployment_id: str, parameters: dict) -> httpx.Response:

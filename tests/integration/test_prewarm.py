@@ -20,11 +20,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
-    """A good task and one whose Dockerfile the sandbox cannot honour."""
+    """A good task and one whose image cannot be built."""
     root = tmp_path / "tasks"
     write_task(root, "good")
     bad = write_task(root, "bad")
-    (bad / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN apt-get install -y cowsay\n")
+    (bad / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN echo the-build-breaks-here && exit 7\n")
     return root
 
 
@@ -44,11 +44,13 @@ async def test_a_task_that_fails_prewarm_fails_its_rows_with_the_reason(tmp_path
     for n in range(2):
         row = table[f"bad-{n}"]
         assert (row["status"], row["err_category"], row["err_phase"]) == ("failure", "validation_error", "setup")
-        assert row["err_message"].startswith("task bad failed prewarm: UnsupportedDockerfileError") and "RUN" in row["err_message"]
+        assert row["err_message"].startswith("task bad failed prewarm: image build failed:") and "the-build-breaks-here" in row["err_message"]
         assert row["total_sec"] is None  # no trial was started for it
     async with get_client() as client:
         artifacts = await client.read_latest_artifacts()
     assert any(a.key == PREWARM_KEY for a in artifacts)
+    (run,) = (tmp_path / "results").glob("*/manifest.json")
+    assert "the-build-breaks-here" in (run.parent / "prewarm" / "bad.build.log").read_text(), "the failed build's log was not archived"
 
 
 async def test_the_prewarm_flow_reports_each_task_and_leaves_no_trial(tmp_path, tasks):
@@ -56,6 +58,6 @@ async def test_the_prewarm_flow_reports_each_task_and_leaves_no_trial(tmp_path, 
 
     by_task = {r.task: r for r in results}
     assert by_task["good"].ok and by_task["good"].error is None
-    assert not by_task["bad"].ok and "UnsupportedDockerfileError" in by_task["bad"].error
+    assert not by_task["bad"].ok and "image build failed" in by_task["bad"].error and by_task["bad"].build_log
     assert not by_task["missing"].ok and "unknown harbor task id 'missing'" in by_task["missing"].error
     assert not any((tmp_path / "trials").rglob("result.json"))

@@ -1,8 +1,7 @@
-"""Build bubblewrap environments for tests without a whole Harbor trial."""
+"""Build container environments for tests without a whole Harbor trial."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -10,11 +9,10 @@ import pytest
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import BubblewrapEnvironment
+from prefect_harbor.sandbox import ContainerEnvironment
+from tests.tasks_factory import BASE_DOCKERFILE
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-
-MakeEnvironment = Callable[..., BubblewrapEnvironment]
+MakeEnvironment = Callable[..., ContainerEnvironment]
 
 
 @pytest.fixture
@@ -23,19 +21,18 @@ def make_environment(tmp_path: Path) -> MakeEnvironment:
     counter = iter(range(1000))
 
     def make(
-        dockerfile: str = "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        dockerfile: str = BASE_DOCKERFILE,
         network_mode: NetworkMode = NetworkMode.PUBLIC,
         task_env: EnvironmentConfig | None = None,
         **kwargs,
-    ) -> BubblewrapEnvironment:
+    ) -> ContainerEnvironment:
         n = next(counter)
         environment_dir = tmp_path / f"task{n}" / "environment"
         environment_dir.mkdir(parents=True)
         (environment_dir / "Dockerfile").write_text(dockerfile)
         trial_paths = TrialPaths(trial_dir=tmp_path / f"trial{n}")
         trial_paths.mkdir()
-        kwargs.setdefault("sandboxes_dir", str(tmp_path / "sandboxes"))
-        return BubblewrapEnvironment(
+        return ContainerEnvironment(
             environment_dir=environment_dir,
             environment_name=f"selfcheck{n}",
             session_id=f"selfcheck{n}__env",
@@ -49,7 +46,7 @@ def make_environment(tmp_path: Path) -> MakeEnvironment:
 
 
 @pytest.fixture
-async def environment(make_environment: MakeEnvironment) -> AsyncIterator[BubblewrapEnvironment]:
+async def environment(make_environment: MakeEnvironment) -> AsyncIterator[ContainerEnvironment]:
     env = make_environment()
     await env.start(force_build=False)
     try:

@@ -1,57 +1,58 @@
-"""How the sandbox reads a task's Dockerfile: honoured, ignored and refused lines."""
+"""Reading and rewriting Dockerfiles: references, FROM lines, pinning, heredoc lowering."""
 
-from pathlib import Path
+import base64
 
+import pytest
 
-from prefect_harbor.sandbox.dockerfile import UnsupportedDockerfileError, parse_dockerfile
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "Dockerfile"
-    path.write_text(text)
-    return path
+from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
+from prefect_harbor.sandbox.images import bootstrapped_name, normalize_reference
 
 
-def test_workdir_env_user_and_args_are_honoured(tmp_path):
-    runtime = parse_dockerfile(
-        write(
-            tmp_path,
-            "ARG BASE=/srv\n"
-            "FROM debian:bookworm-slim AS final\n"
-            "# a comment\n"
-            "ENV A=1 B=\"two words\" \\\n"
-            "    C=${BASE}/c\n"
-            "ENV LEGACY value with spaces\n"
-            "WORKDIR /app\n"
-            "WORKDIR sub\n"
-            "USER nobody\n"
-            "LABEL x=y\nEXPOSE 80\nCMD [\"bash\"]\n",
-        )
-    )
-    assert runtime.base_image == "debian:bookworm-slim"
-    assert runtime.env == {"A": "1", "B": "two words", "C": "/srv/c", "LEGACY": "value with spaces"}
-    assert runtime.workdir == "/app/sub"
-    assert runtime.user == "nobody"
-    assert runtime.unsupported == []
+@pytest.mark.parametrize(
+    ("written", "normalized"),
+    [
+        ("debian:bookworm", "docker.io/library/debian:bookworm"),
+        ("ubuntu", "docker.io/library/ubuntu:latest"),
+        ("acme/tool:1", "docker.io/acme/tool:1"),
+        ("ghcr.io/acme/tool", "ghcr.io/acme/tool:latest"),
+        ("localhost:5000/x:2", "localhost:5000/x:2"),
+        ("python@sha256:abc", "docker.io/library/python@sha256:abc"),
+    ],
+)
+def test_references_read_as_docker_reads_them(written, normalized):
+    assert normalize_reference(written) == normalized
 
 
-def test_only_the_final_stage_reaches_the_runtime(tmp_path):
-    runtime = parse_dockerfile(write(tmp_path, "FROM a\nWORKDIR /one\nENV X=1\nFROM b\nWORKDIR /two\n"))
-    assert (runtime.base_image, runtime.workdir, runtime.env) == ("b", "/two", {})
+def test_bootstrapped_bases_live_under_a_registry_nobody_pulls_from():
+    assert bootstrapped_name("debian:bookworm-slim") == "prefect-harbor.local/library/debian:bookworm-slim"
 
 
-def test_filesystem_changing_lines_are_listed_with_their_line_numbers(tmp_path):
-    runtime = parse_dockerfile(
-        write(tmp_path, "FROM debian\nRUN apt-get update && \\\n    apt-get install -y tmux\nCOPY . /app\nWORKDIR /app\n")
-    )
-    assert [(i.line, i.keyword) for i in runtime.unsupported] == [(2, "RUN"), (4, "COPY")]
-    message = str(UnsupportedDockerfileError(tmp_path / "Dockerfile", runtime.unsupported))
-    assert "line 2: RUN apt-get update" in message
-    assert "line 4: COPY . /app" in message
-    for alternative in ("docker", "rootfs", "ignore_unsupported_dockerfile_instructions"):
-        assert alternative in message
+def test_from_lines_with_platform_stages_and_global_args():
+    text = "ARG BASE=python:3.13-slim\n# comment\nFROM --platform=linux/amd64 $BASE AS build\nRUN x \\\n  y\nFROM build\nFROM scratch\nFROM ${BASE}\n"
+    froms = parse_from_lines(text)
+    assert [(f.image, f.stage, f.platform) for f in froms] == [
+        ("python:3.13-slim", "build", "linux/amd64"), ("build", None, None), ("scratch", None, None), ("python:3.13-slim", None, None),
+    ]  # fmt: skip
+    assert external_bases(froms) == ["python:3.13-slim"]
 
 
-def test_unknown_instructions_are_refused_not_ignored(tmp_path):
-    runtime = parse_dockerfile(write(tmp_path, "FROM debian\nFROBNICATE now\n"))
-    assert [i.keyword for i in runtime.unsupported] == ["FROBNICATE"]
+def test_pinning_rewrites_only_external_bases_and_keeps_the_rest():
+    text = "FROM ubuntu:24.04 AS build\nRUN make\nFROM build\nCOPY --from=build /a /a\n"
+    pinned = pin_bases(text, {"ubuntu:24.04": "prefect-harbor.local/library/debian:bookworm"}, ["RUN add-ca"])
+    assert pinned.splitlines() == [
+        "FROM prefect-harbor.local/library/debian:bookworm AS build", "RUN add-ca", "RUN make", "FROM build", "COPY --from=build /a /a",
+    ]  # fmt: skip
+
+
+def test_heredocs_are_lowered_to_plain_instructions():
+    text = "FROM x\nRUN <<EOT\necho one\necho two\nEOT\nRUN <<EOT python3\nprint(1)\nEOT\nCOPY --chown=a:a --chmod=600 <<'EOF' /etc/app.conf\nkey=$VALUE\nEOF\nUSER a\n"
+    lowered = lower_heredocs(text).splitlines()
+    assert lowered[0] == "FROM x" and lowered[-1] == "USER a" and len(lowered) == 5
+
+    def body(line: str) -> str:
+        return base64.b64decode(line.split("echo ", 1)[1].split(" ", 1)[0]).decode()
+
+    assert lowered[1].startswith('RUN eval "$(echo ') and body(lowered[1]) == "echo one\necho two\n"
+    assert lowered[2].endswith("| base64 -d | python3") and body(lowered[2]) == "print(1)\n"
+    assert body(lowered[3]) == "key=$VALUE\n"  # a quoted delimiter: no expansion
+    assert "chown a:a /etc/app.conf" in lowered[3] and "chmod 600 /etc/app.conf" in lowered[3]

@@ -1,4 +1,4 @@
-"""The shared sandbox self-check suite, run against the bubblewrap environment."""
+"""The shared sandbox self-check suite, run against the container environment."""
 
 import pytest
 from harbor.models.task.config import NetworkMode

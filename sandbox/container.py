@@ -1,0 +1,388 @@
+"""A Harbor environment that runs each trial in one OCI container, built and run by podman.
+
+No daemon: ``podman`` is a CLI that forks the container's runtime (runc) and a small
+monitor (conmon) per container. Per trial:
+
+* ``start()`` builds the task's image from its own Dockerfile (or resolves its
+  ``docker_image``), cached by content (:mod:`.images`), and runs ONE long-lived container
+  from it: the image's ENTRYPOINT with Harbor's keep-alive command, as Harbor's docker
+  environment does. Each ``exec`` is a ``podman exec`` into it, so tmux servers and
+  daemons survive from one exec to the next.
+* Isolation is the engine's: its own user-visible root filesystem (writable, as under
+  Docker), pid/ipc/uts/mount/network namespaces, the default seccomp profile, a reduced
+  capability set, ``/proc/sys`` read-only and the usual ``/proc`` paths masked, a process
+  limit. ``public`` tasks get a bridge network with NAT (the host's loopback is not
+  reachable), ``no-network`` tasks only ``lo``.
+* Harbor's ``/logs`` directories are NOT host mounts: Harbor copies them out after each
+  phase through :mod:`.transfer`, which refuses links out of the trial. The only host
+  paths inside are the read-only mounts a trial asks for (prepared agent environments).
+* ``stop()`` removes the container; :mod:`.janitor` removes it if this process dies first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import logging
+import os
+import secrets
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, override
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
+from harbor.environments.definition import require_agent_environment_definition, should_use_prebuilt_docker_image
+from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
+from harbor.models.trial.paths import TrialPaths
+
+from prefect_harbor.sandbox import janitor, transfer
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
+from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, default_extra_ca_certs
+
+#: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
+IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
+#: Harbor's docker environment keeps the main container alive with exactly this command.
+KEEP_ALIVE = ("sh", "-c", "sleep infinity")
+DEFAULT_PIDS_LIMIT = 4096
+_EXEC_MARKER = "PREFECT_HARBOR_EXEC"
+_READ_CHUNK = 64 * 1024
+_START_TIMEOUT_SEC = 120
+
+
+class ContainerEnvironment(BaseEnvironment):
+    """One podman container per trial; see the module docstring for the design."""
+
+    def __init__(
+        self,
+        environment_dir: Path,
+        environment_name: str,
+        session_id: str,
+        trial_paths: TrialPaths,
+        task_env_config: EnvironmentConfig,
+        base_images: dict[str, str] | None = None,
+        extra_ca_certs: list[str] | None = None,
+        pull: bool = True,
+        pids_limit: int = DEFAULT_PIDS_LIMIT,
+        max_parallel_builds: int = 2,
+        **kwargs: Any,
+    ):
+        """Extra options (``EnvironmentConfig.kwargs``):
+
+        base_images: image references mapped to local stand-ins, used (with a warning)
+            when the real base cannot be pulled, e.g. ``{"ubuntu:24.04": "debian:bookworm"}``.
+        extra_ca_certs: PEM files added to each image's trust store at build time (for
+            intercepting proxies); default: the host's ``/usr/local/share/ca-certificates``.
+        pull: try the registry for bases not in local storage.
+        pids_limit: the most processes one trial may have.
+        max_parallel_builds: image builds at once on this host (they are CPU- and disk-bound).
+        """
+        self._images = image_resolver(base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds)
+        if pids_limit < 1:
+            raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")
+        self._pids_limit = pids_limit
+        self._container: str | None = None
+        self.image: str | None = None
+        super().__init__(
+            environment_dir=environment_dir,
+            environment_name=environment_name,
+            session_id=session_id,
+            trial_paths=trial_paths,
+            task_env_config=task_env_config,
+            **kwargs,
+        )
+
+    @staticmethod
+    @override
+    def type() -> str:
+        return "prefect-harbor-container"
+
+    @property
+    @override
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(disable_internet=True, mounted=False)
+
+    @classmethod
+    @override
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        return EnvironmentResourceCapabilities(cpu_limit=True, memory_limit=True)
+
+    @classmethod
+    @override
+    def preflight(cls) -> None:
+        try:
+            podman_path()
+        except EngineError as error:
+            raise SystemExit(str(error)) from None
+
+    @override
+    def validate_network_policy_support(self, network_policy: NetworkPolicy | None = None) -> None:
+        policy = network_policy or self._network_policy
+        if policy.network_mode == NetworkMode.ALLOWLIST:
+            raise ValueError(
+                "network_mode='allowlist' is not enforced by the local container sandbox: a trial "
+                "gets either a NATed network ('public') or none ('no-network'). Set the task's "
+                "[environment] network_mode to one of those, or run it in a Harbor environment "
+                "that enforces allowlists (type 'docker')."
+            )
+        super().validate_network_policy_support(network_policy)
+
+    @override
+    def _validate_definition(self) -> None:
+        if (self.environment_dir / "docker-compose.yaml").exists():
+            raise ValueError(
+                f"{self.environment_dir / 'docker-compose.yaml'}: compose tasks are not supported by the "
+                "local container sandbox yet; run this task in Harbor's 'docker' environment."
+            )
+        if not (self.environment_dir / "Dockerfile").is_file():
+            require_agent_environment_definition(self.environment_dir, docker_image=self.task_env_config.docker_image)
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id, between ``start()`` and ``stop()``."""
+        return self._container
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def prepare_image(self, force_build: bool = False) -> str:
+        """Build (or find) this task's image without starting a container: the prewarm step."""
+        if should_use_prebuilt_docker_image(self.environment_dir, docker_image=self.task_env_config.docker_image, force_build=force_build):
+            self.image = await self._images.resolve(self.task_env_config.docker_image, warn=self.logger)
+        else:
+            self.image = await self._images.ensure_built(
+                self.environment_dir, self.environment_name,
+                timeout_sec=self.task_env_config.build_timeout_sec, warn=self.logger,
+            )  # fmt: skip
+        return self.image
+
+    @override
+    async def start(self, force_build: bool) -> None:
+        image = await self.prepare_image(force_build)
+        network = "none" if self._network_policy.network_mode == NetworkMode.NO_NETWORK else await asyncio.to_thread(ensure_network)
+        janitor.ensure_watchdog()
+        name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
+        args = [
+            "run", "--detach", "--init", "--name", name,
+            "--label", f"{LABEL_OWNER}={janitor.owner_token()}", "--label", f"{LABEL_TRIAL}={self.session_id}",
+            "--network", network, "--pids-limit", str(self._pids_limit),
+        ]  # fmt: skip
+        if cpus := self._effective_cpus:
+            args += ["--cpus", str(cpus)]
+        if memory_mb := self._effective_memory_mb:
+            args += ["--memory", f"{memory_mb}m"]
+        if self.task_env_config.workdir:
+            args += ["--workdir", self.task_env_config.workdir]
+        for mount in self._host_mounts:
+            args += ["--volume", _volume(mount)]
+        with _env_file(self._startup_env()) as env_args:
+            done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+        self._container = done.check(f"starting a container from {image}").text
+        await self._wait_running(image)
+        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        await self._upload_environment_dir_after_start()
+
+    async def _wait_running(self, image: str) -> None:
+        """The container's ENTRYPOINT must hand over to the keep-alive command, as under Docker."""
+        for _ in range(50):
+            probe = await podman("exec", self._container, "true")
+            if probe.returncode == 0:
+                return
+            state = await podman("inspect", "--format", "{{.State.Status}}", self._container)
+            if state.text not in ("running", "created", "configured"):
+                logs = await podman("logs", "--tail", "30", self._container)
+                raise RuntimeError(
+                    f"the container from {image} exited before it could run commands ({state.text}); "
+                    f"its ENTRYPOINT must end by running its arguments (exec \"$@\"). Output:\n"
+                    + (logs.stdout + logs.stderr).decode(errors="replace")[-2000:]
+                )
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the container from {image} did not accept commands within 5 s: {probe.stderr.decode(errors='replace')[-500:]}")
+
+    @override
+    async def stop(self, delete: bool) -> None:
+        """Remove the container and everything in it; images stay cached whatever ``delete`` says."""
+        container, self._container = self._container, None
+        if container:
+            removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=60))
+            if removed.returncode != 0:
+                self.logger.warning(f"Removing container {container} failed: {removed.stderr.decode(errors='replace').strip()}")
+
+    # ------------------------------------------------------------------ commands
+
+    @override
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        container = self._require_container()
+        marker = secrets.token_hex(8)
+        args = ["exec", "--env", f"{_EXEC_MARKER}={marker}"]
+        if (resolved := self._resolve_user(user)) is not None:
+            args += ["--user", str(resolved)]
+        if cwd or self.task_env_config.workdir:
+            args += ["--workdir", cwd or self.task_env_config.workdir]
+        with _env_file(self._merge_env(env) or {}) as env_args:
+            process = await asyncio.create_subprocess_exec(
+                podman_path(), *args, *env_args, container, "bash", "-c", command,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
+            )  # fmt: skip
+            try:
+                stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
+            except TimeoutError:
+                await asyncio.shield(self._kill_exec(process, marker))
+                raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
+            except asyncio.CancelledError:
+                await asyncio.shield(self._kill_exec(process, marker))
+                raise
+        return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
+
+    async def _collect(self, process: asyncio.subprocess.Process) -> tuple[str, str]:
+        callback = self._output_callback()
+
+        async def read(stream: asyncio.StreamReader, name: str) -> str:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            parts: list[str] = []
+            while chunk := await stream.read(_READ_CHUNK):
+                text = decoder.decode(chunk)
+                parts.append(text)
+                if callback and text:
+                    await callback(text, name)  # type: ignore[arg-type]
+            parts.append(decoder.decode(b"", final=True))
+            return "".join(parts)
+
+        stdout, stderr = await asyncio.gather(read(process.stdout, "stdout"), read(process.stderr, "stderr"))
+        await process.wait()
+        return stdout, stderr
+
+    async def _kill_exec(self, process: asyncio.subprocess.Process, marker: str) -> None:
+        """Kill every process the exec started inside the container (they carry its marker)."""
+        if self._container:
+            script = (
+                f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
+                f"grep -qx {_EXEC_MARKER}={marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
+            )
+            with contextlib.suppress(Exception):
+                await podman("exec", "--user", "root", self._container, "sh", "-c", script, timeout=30)
+        if process.returncode is None:
+            process.kill()
+        with contextlib.suppress(Exception):
+            await process.wait()
+
+    def _require_container(self) -> str:
+        if not self._container:
+            raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
+        return self._container
+
+    # ------------------------------------------------------------------ files
+
+    @override
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        target = Path(target_path)
+        await self._put(Path(source_path), str(target.parent), arcname=target.name)
+
+    @override
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        await self._put(Path(source_dir), target_dir, arcname=".")
+
+    async def _put(self, source: Path, target_dir: str, *, arcname: str) -> None:
+        container = self._require_container()
+        with tempfile.TemporaryFile() as archive:
+            await asyncio.to_thread(transfer.pack, source, arcname, archive)
+            archive.seek(0)
+            quoted = shlex.quote(target_dir)
+            process = await asyncio.create_subprocess_exec(
+                podman_path(), "exec", "--interactive", "--user", "root", container,
+                "sh", "-c", f"mkdir -p {quoted} && tar -x -f - -C {quoted}",
+                stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
+            )  # fmt: skip
+            _, stderr = await process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"copying {source} into the container at {target_dir} failed: {stderr.decode(errors='replace').strip()}")
+
+    @override
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        source, target = Path(source_path), Path(target_path)
+        await self._get(str(source.parent), [source.name], target.parent, only=source.name, rename_to=target.name)
+        if not target.is_file():
+            raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
+
+    @override
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        await self._get(source_dir, ["."], Path(target_dir))
+
+    async def _get(self, source_dir: str, members: list[str], target: Path, **select: str) -> None:
+        container = self._require_container()
+        with tempfile.TemporaryFile() as archive:
+            process = await asyncio.create_subprocess_exec(
+                podman_path(), "exec", "--user", "root", container, "tar", "-c", "-f", "-", "-C", source_dir, "--", *members,
+                stdin=subprocess.DEVNULL, stdout=archive, stderr=subprocess.PIPE, env=engine_env(),
+            )  # fmt: skip
+            _, stderr = await process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"copying {source_dir} out of the container failed: {stderr.decode(errors='replace').strip()}")
+            archive.seek(0)
+            await asyncio.to_thread(transfer.unpack, archive, target, **select)
+
+
+def image_resolver(
+    base_images: dict[str, str] | None = None, extra_ca_certs: list[str] | None = None, pull: bool = True, max_parallel_builds: int = 2, **_: Any
+) -> ImageResolver:
+    """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
+    certificates = default_extra_ca_certs() if extra_ca_certs is None else [Path(p) for p in extra_ca_certs]
+    if max_parallel_builds < 1:
+        raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
+    settings = ImageSettings(base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull, max_parallel_builds=max_parallel_builds)
+    return ImageResolver(settings)
+
+
+async def prepare_task_image(task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> tuple[str, Path | None]:
+    """Build (or find) the image of the task in ``task_dir`` as its trials will: the prewarm step.
+
+    Returns the image and the build log when this call built it (``None`` for a cached or
+    prebuilt image). A failed build raises :class:`ImageBuildError` with the log's tail.
+    """
+    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
+    environment = config.environment
+    resolver = image_resolver(**kwargs)
+    environment_dir = task_dir / "environment"
+    if should_use_prebuilt_docker_image(environment_dir, docker_image=environment.docker_image, force_build=False):
+        return await resolver.resolve(environment.docker_image, warn=logger), None
+    name = config.task.short_name if config.task else task_dir.name
+    built_before = resolver.builds
+    image = await resolver.ensure_built(environment_dir, name, timeout_sec=environment.build_timeout_sec, warn=logger)
+    return image, (resolver.log_path(image) if resolver.builds > built_before else None)
+
+
+def _volume(mount: dict) -> str:
+    if mount.get("type", "bind") != "bind":
+        raise ValueError(f"mount {mount!r}: only bind mounts are supported by the local container sandbox.")
+    options = "ro" if mount.get("read_only") else "rw"
+    return f"{mount['source']}:{mount['target']}:{options}"
+
+
+@contextlib.contextmanager
+def _env_file(variables: dict[str, str]):
+    """``--env-file`` arguments for ``variables``: values never appear on a host command line."""
+    if not variables:
+        yield []
+        return
+    bad = [k for k, v in variables.items() if "\n" in str(v) or "\n" in k]
+    if bad:
+        raise ValueError(f"environment variables {bad} hold a newline, which podman's env files cannot carry.")
+    with tempfile.NamedTemporaryFile("w", prefix="prefect-harbor-env-", delete=True) as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write("".join(f"{key}={value}\n" for key, value in variables.items()))
+        handle.flush()
+        yield ["--env-file", handle.name]
+
+
+def _sanitize(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name.lower()).strip("-.") or "trial"

@@ -1,0 +1,89 @@
+"""The container engine: podman (and buildah under it), called as a daemonless CLI.
+
+Every call goes through :func:`podman`, which applies the project's own
+``containers.conf`` and ``registries.conf`` (shipped beside this module) through
+``CONTAINERS_CONF``/``CONTAINERS_REGISTRIES_CONF``, so nothing under ``/etc`` is changed and
+a user's own podman set-up is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+CONF_DIR = Path(__file__).parent
+#: Label keys on every container this project starts (the janitor finds them by these).
+LABEL_OWNER = "io.prefect-harbor.owner"
+LABEL_TRIAL = "io.prefect-harbor.trial"
+
+
+class EngineError(RuntimeError):
+    """A podman call failed; the message carries the command and podman's own words."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace").strip()
+
+    def check(self, what: str) -> Completed:
+        if self.returncode != 0:
+            detail = (self.stderr or self.stdout).decode(errors="replace").strip()
+            raise EngineError(f"{what} failed (podman exit {self.returncode}): {detail[-2000:]}")
+        return self
+
+
+@cache
+def podman_path() -> str:
+    found = shutil.which("podman")
+    if found is None:
+        raise EngineError(
+            "podman is not installed: the container sandbox needs podman, buildah and runc "
+            "(Debian/Ubuntu: apt-get install podman buildah runc tini; or run `bash scripts/dev.sh setup`)."
+        )
+    return found
+
+
+def engine_env() -> dict[str, str]:
+    """The environment podman runs with: the host's, plus the project's engine settings.
+
+    It is podman's own environment (proxies and the like reach the engine), never a
+    container's: containers get only what :mod:`prefect_harbor.sandbox.container` passes.
+    """
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(CONF_DIR / "containers.conf"))
+    env.setdefault("CONTAINERS_REGISTRIES_CONF", str(CONF_DIR / "registries.conf"))
+    return env
+
+
+async def podman(*args: str, stdin: bytes | None = None, timeout: float | None = None) -> Completed:
+    """Run ``podman ARGS`` and collect its output; on timeout the call is killed and raises."""
+    process = await asyncio.create_subprocess_exec(
+        podman_path(), *args,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
+    )  # fmt: skip
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
+    return Completed(process.returncode or 0, stdout, stderr)
+
+
+def podman_sync(*args: str, timeout: float | None = 60) -> Completed:
+    """:func:`podman` for code outside an event loop (CLI commands, the janitor)."""
+    done = subprocess.run([podman_path(), *args], capture_output=True, timeout=timeout, env=engine_env())
+    return Completed(done.returncode, done.stdout, done.stderr)

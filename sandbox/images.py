@@ -1,0 +1,286 @@
+"""Task images: built from the task's own Dockerfile by podman, cached by content.
+
+An image's tag is a digest of everything that decides its content -- the build context
+and Dockerfile (Harbor's own ``docker_build_context_hash``), the exact base images the
+``FROM`` lines resolved to, the extra CA certificates -- so an unchanged task is never
+rebuilt and a changed one always is. ``tests/`` and ``solution/`` are not part of the
+context: editing them rebuilds nothing.
+
+Base images (``FROM``) are found in this order: already in local storage; pulled from
+the registry; bootstrapped from Debian's mirror (``prefect-harbor images bootstrap``,
+stored as ``prefect-harbor.local/...``); a stand-in named in ``base_images`` (warned about
+on every use). Nothing else: a base that cannot be found fails with the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harbor.utils.container_cache import docker_build_context_hash
+
+from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
+from prefect_harbor.sandbox.engine import podman
+
+#: Bump when the way images are built changes, so old cached tags are not reused.
+RECIPE_VERSION = "1"
+#: Where bootstrapped bases live: a registry name nobody can pull from by accident.
+LOCAL_REGISTRY = "prefect-harbor.local"
+#: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
+IMAGE_REPOSITORY = "localhost/prefect-harbor/task"
+#: Build arguments Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
+_CA_STAGE = "prefect-harbor-extra-ca"
+_CA_DIR_IN_IMAGE = "/usr/local/share/ca-certificates/prefect-harbor"
+
+logger = logging.getLogger(__name__)
+
+
+class ImageBuildError(RuntimeError):
+    """A task image could not be built or found; the message ends with the build log's tail."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class BaseImageNotFoundError(ImageBuildError):
+    """A ``FROM`` (or ``docker_image``) reference is in no local storage and cannot be pulled."""
+
+
+def normalize_reference(reference: str) -> str:
+    """Docker's reading of an image reference: ``debian:bookworm`` is ``docker.io/library/debian:bookworm``."""
+    name, digest = (reference.split("@", 1) + [""])[:2]
+    first, _, rest = name.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        domain, path = "docker.io", name
+    else:
+        domain, path = first, rest
+    if domain == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    if not digest and ":" not in path.rsplit("/", 1)[-1]:
+        path += ":latest"
+    return f"{domain}/{path}" + (f"@{digest}" if digest else "")
+
+
+def bootstrapped_name(reference: str) -> str:
+    """Where ``prefect-harbor images bootstrap REFERENCE`` stores its image."""
+    normalized = normalize_reference(reference)
+    return f"{LOCAL_REGISTRY}/{normalized.split('/', 1)[1]}"
+
+
+@dataclass
+class ImageSettings:
+    """How images are found and built; from the environment's kwargs (see the block's fields)."""
+
+    base_images: dict[str, str] = field(default_factory=dict)
+    extra_ca_certs: list[Path] = field(default_factory=list)
+    pull: bool = True
+    max_parallel_builds: int = 2
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "prefect-harbor" / "image-builds")
+
+    def __post_init__(self) -> None:
+        self.base_images = {normalize_reference(k): v for k, v in self.base_images.items()}
+        self.extra_ca_certs = [Path(p).expanduser() for p in self.extra_ca_certs]
+        for certificate in self.extra_ca_certs:
+            if not certificate.is_file():
+                raise ValueError(f"extra_ca_certs: {certificate} is not a file; give PEM certificate files.")
+
+
+class ImageResolver:
+    """Finds bases and builds task images, once per content per process (and per host, by tag)."""
+
+    _known: dict[str, str] = {}  # reference -> resolved local reference
+    _image_ids: dict[str, str] = {}
+    _unpullable: set[str] = set()
+
+    def __init__(self, settings: ImageSettings) -> None:
+        self.settings = settings
+        self.builds = 0  # builds this resolver ran (a cached image costs none)
+
+    # ------------------------------------------------------------------ bases
+
+    async def resolve(self, reference: str, *, warn: logging.Logger = logger) -> str:
+        """A local image for ``reference``, pulling or standing in as the module docstring says."""
+        normalized = normalize_reference(reference)
+        if normalized in self._known:
+            resolved = self._known[normalized]
+            if resolved != normalized and not resolved.startswith(LOCAL_REGISTRY):
+                warn.warning(f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image.")
+            return resolved
+        resolved = await self._find(reference, normalized, warn)
+        self._known[normalized] = resolved
+        return resolved
+
+    async def _find(self, reference: str, normalized: str, warn: logging.Logger) -> str:
+        if await _exists(normalized):
+            return normalized
+        if self.settings.pull and normalized not in self._unpullable:
+            pulled = await podman("pull", "--quiet", normalized, timeout=600)
+            if pulled.returncode == 0:
+                return normalized
+            self._unpullable.add(normalized)
+            logger.debug(f"Pulling {normalized} failed: {pulled.stderr.decode(errors='replace').strip()[-300:]}")
+        bootstrapped = bootstrapped_name(reference)
+        if await _exists(bootstrapped):
+            warn.info(f"Base image {reference!r} cannot be pulled; using {bootstrapped!r}, bootstrapped from Debian's mirror.")
+            return bootstrapped
+        stand_in = self.settings.base_images.get(normalized)
+        if stand_in:
+            resolved = await self.resolve(stand_in, warn=warn) if stand_in != reference else normalized
+            warn.warning(f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image.")
+            return resolved
+        raise BaseImageNotFoundError(
+            f"base image {reference!r} is not in local storage and cannot be pulled. Fix: pull it "
+            f"where a registry is reachable (podman pull {normalized}), bootstrap it from Debian's mirror "
+            f"(prefect-harbor images bootstrap {reference}, for debian:<suite>), or map it to a local image "
+            f"in the backend's base_images."
+        )
+
+    async def image_id(self, reference: str) -> str:
+        if reference not in self._image_ids:
+            inspected = (await podman("image", "inspect", "--format", "{{.Id}}", reference)).check(f"inspect {reference}")
+            self._image_ids[reference] = inspected.text
+        return self._image_ids[reference]
+
+    # ------------------------------------------------------------------ builds
+
+    async def ensure_built(
+        self, environment_dir: Path, name: str, *, timeout_sec: float, warn: logging.Logger = logger
+    ) -> str:
+        """The tag of the task's image, building it unless an identical one exists."""
+        dockerfile = environment_dir / "Dockerfile"
+        text = lower_heredocs(dockerfile.read_text())
+        froms = parse_from_lines(text)
+        if not froms:
+            raise ImageBuildError(f"{dockerfile}: no FROM line.")
+        bases = {image: await self.resolve(image, warn=warn) for image in external_bases(froms)}
+        digest = hashlib.blake2b(digest_size=10)
+        digest.update(f"recipe={RECIPE_VERSION}\0".encode())
+        digest.update(docker_build_context_hash(context=environment_dir, dockerfile_path=dockerfile).encode())
+        for written, resolved in sorted(bases.items()):
+            digest.update(f"{written}={await self.image_id(resolved)}\0".encode())
+        for certificate in self.settings.extra_ca_certs:
+            digest.update(certificate.read_bytes())
+        # Named by content alone: tasks with identical environments share one image.
+        tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
+        if self._known.get(tag) == tag:
+            return tag
+        if not await _exists(tag):
+            async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
+                if not await _exists(tag):
+                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
+                        await self._build(environment_dir, name, text, bases, tag, timeout_sec)
+        self._known[tag] = tag
+        return tag
+
+    async def _build(self, context: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float) -> None:
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_path(tag)
+        with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
+            rewritten = Path(scratch, "Dockerfile")
+            rewritten.write_text(pin_bases(text, bases, self._trust_store_lines()))
+            args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
+            for variable in PROXY_VARIABLES:
+                for spelling in (variable, variable.lower()):
+                    if os.environ.get(spelling):
+                        args += ["--build-arg", f"{spelling}={os.environ[spelling]}"]
+            if self.settings.extra_ca_certs:
+                ca_dir = Path(scratch, "ca")
+                ca_dir.mkdir()
+                for n, certificate in enumerate(self.settings.extra_ca_certs):
+                    (ca_dir / f"extra-{n}.crt").write_bytes(certificate.read_bytes())
+                args += ["--build-context", f"{_CA_STAGE}={ca_dir}"]
+            try:
+                done = await podman(*args, str(context), timeout=timeout_sec)
+            except TimeoutError:
+                raise ImageBuildError(f"building {tag} took longer than the task's build_timeout_sec ({timeout_sec:g} s).") from None
+        log_path.write_bytes(done.stdout + done.stderr)
+        self.builds += 1
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-15:]
+            raise ImageBuildError(f"building the task image from {context / 'Dockerfile'} failed (log: {log_path}):\n" + "\n".join(tail), log_path)
+
+    def log_path(self, tag: str) -> Path:
+        return self.settings.log_dir / f"{_sanitize(tag)}.log"
+
+    def _trust_store_lines(self) -> list[str]:
+        """With extra CA certificates: the lines that add them to each stage's trust store.
+
+        So ``apt``, ``pip`` and ``curl`` behind an intercepting proxy work in RUN steps, and
+        later in the trial. Without a shell in the base, the append is skipped.
+        """
+        if not self.settings.extra_ca_certs:
+            return []
+        return [
+            f"COPY --from={_CA_STAGE} . {_CA_DIR_IN_IMAGE}/",
+            "RUN for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do "
+            f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
+        ]
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^a-z0-9._-]", "-", name.lower())
+    return name if re.match(r"^[a-z0-9]", name) else f"0{name}"
+
+
+async def _exists(reference: str) -> bool:
+    return (await podman("image", "exists", reference)).returncode == 0
+
+
+@contextlib.asynccontextmanager
+async def _flock(path: Path) -> AsyncIterator[None]:
+    """An exclusive flock, polled so that waiting never blocks the event loop and stays cancellable.
+
+    flock locks belong to an open file, so they serialize threads, event loops and processes alike.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.asynccontextmanager
+async def _build_slot(directory: Path, slots: int) -> AsyncIterator[None]:
+    """One of ``slots`` host-wide build slots: builds are CPU- and disk-bound, so a few at a time."""
+    directory.mkdir(parents=True, exist_ok=True)
+    handles = [(directory / f"build-slot-{n}.lock").open("w") for n in range(slots)]
+    try:
+        while True:
+            for handle in handles:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def default_extra_ca_certs() -> Sequence[Path]:
+    """The host's locally added CAs (Debian/Ubuntu keep them in /usr/local/share/ca-certificates)."""
+    root = Path("/usr/local/share/ca-certificates")
+    return sorted(p for p in root.rglob("*.crt") if p.is_file()) if root.is_dir() else []

@@ -1,0 +1,78 @@
+"""No container outlives the process that started it.
+
+Every container is labelled with its owner: this process's pid and start time (so a
+reused pid is not mistaken for the owner). Two mechanisms remove orphans:
+
+* a **watchdog** per owner process, started with its first container: a small shell in a
+  session of its own that ignores the terminal's and the worker's signals and blocks on a
+  pipe from the owner. When the owner dies by any means, ``kill -9`` included, the pipe
+  closes and the watchdog removes the owner's containers, then exits;
+* :func:`reap_orphans`, run at the start of every sweep and by ``prefect-harbor cleanup``,
+  removes containers whose owner is gone (for example after a reboot of the watchdog's host
+  session).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import threading
+from pathlib import Path
+
+from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_path, podman_sync
+
+_watchdog_lock = threading.Lock()
+_watchdog: subprocess.Popen | None = None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[19]
+
+
+def owner_token(pid: int | None = None) -> str:
+    """``<pid>.<start time>`` of this process (or ``pid``): unique on the host while it runs."""
+    pid = pid or os.getpid()
+    return f"{pid}.{_start_time(pid)}"
+
+
+def owner_alive(token: str) -> bool:
+    pid, _, started = token.partition(".")
+    return pid.isdigit() and _start_time(int(pid)) == started
+
+
+def ensure_watchdog() -> None:
+    """Start this process's watchdog once (idempotent, thread-safe, cheap after the first call)."""
+    global _watchdog
+    with _watchdog_lock:
+        if _watchdog is not None and _watchdog.poll() is None:
+            return
+        podman = shlex.quote(podman_path())
+        label = shlex.quote(f"label={LABEL_OWNER}={owner_token()}")
+        script = (
+            'trap "" INT TERM HUP QUIT; cat >/dev/null; '
+            f"ids=$({podman} ps -aq --filter {label}); "
+            f'[ -n "$ids" ] && {podman} rm -f -t 0 $ids >/dev/null 2>&1; exit 0'
+        )
+        _watchdog = subprocess.Popen(
+            ["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=engine_env(), start_new_session=True, close_fds=True,
+        )  # fmt: skip
+        # The pipe's write end stays open in this process alone (never inherited by children).
+        os.set_inheritable(_watchdog.stdin.fileno(), False)
+
+
+def reap_orphans() -> list[str]:
+    """Remove every container of this project whose owner process is gone; their names."""
+    listed = podman_sync("ps", "-a", "--filter", f"label={LABEL_OWNER}", "--format", f'{{{{.ID}}}} {{{{.Names}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}')
+    if listed.returncode != 0:
+        return []
+    orphans = [line.split() for line in listed.text.splitlines() if len(line.split()) == 3]
+    orphans = [(cid, name) for cid, name, owner in orphans if not owner_alive(owner)]
+    if orphans:
+        podman_sync("rm", "-f", "-t", "0", *(cid for cid, _ in orphans), timeout=120)
+    return [name for _, name in orphans]

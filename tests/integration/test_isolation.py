@@ -1,0 +1,171 @@
+"""The agent is hostile: each probe is a task whose solve.sh (or test.sh) attempts an escape.
+
+One sweep runs every probe at once, through the real pipeline and the default container
+sandbox; the assertions check the host afterwards. What each probe tries is in its name.
+"""
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
+from prefect_harbor.sandbox.janitor import owner_token
+
+from tasks_factory import write_task
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
+
+CANARY_VARIABLE = "PREFECT_HARBOR_TEST_CANARY"
+FORK_LIMIT = 128
+#: Forks until the kernel refuses (children sleep 5 s, then exit so the verifier can run).
+FORK_LOOP = f"""python3 - > /logs/agent/forks.txt <<'PY'
+import os, time
+n = 0
+for _ in range({FORK_LIMIT * 2}):
+    try:
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(n)
+PY
+wait
+sleep 6  # the children exit: the verifier needs room to start"""
+
+
+class Listener:
+    """A TCP listener on the host's loopback that records every connection it gets."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            connection.close()
+
+
+def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
+    reach = (
+        f"for host in 127.0.0.1 localhost 10.88.0.1 10.89.0.1 10.0.2.2 host.containers.internal; do "
+        f"timeout 3 bash -c \"echo hi > /dev/tcp/$host/{port}\" 2>/dev/null && echo \"reached $host\"; done > /logs/agent/reach.txt; true"
+    )
+    made = {
+        "read-host-environment": write_task(tasks, "read-host-environment", solve="cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/environ.txt; env >> /logs/agent/environ.txt"),
+        "write-sysctl": write_task(tasks, "write-sysctl", solve="echo 97 > /proc/sys/kernel/printk_ratelimit_burst; sysctl -w kernel.core_pattern='|/tmp/x' ; true"),
+        "reach-loopback-public": write_task(tasks, "reach-loopback-public", solve=reach),
+        "reach-loopback-no-network": write_task(tasks, "reach-loopback-no-network", solve=reach),
+        "symlink-exit-code": write_task(tasks, "symlink-exit-code", solve=f"rm -f /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/stolen.txt"),
+        "symlink-reward": write_task(tasks, "symlink-reward", test=f"ln -sf {host_file} /logs/verifier/reward.txt"),
+        "fork-bomb": write_task(tasks, "fork-bomb", solve=FORK_LOOP),
+    }
+    no_network = made["reach-loopback-no-network"] / "task.toml"
+    no_network.write_text(no_network.read_text() + '[environment]\nnetwork_mode = "no-network"\n')
+    return made
+
+
+@pytest.fixture(scope="module")
+def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp_path = tmp_path_factory.mktemp("hostile")
+    listener = Listener()
+    host_file = tmp_path / "host-canary.txt"
+    canary = f"canary-{secrets.token_hex(8)}"
+    host_file.write_text(canary)
+    made = probes(tmp_path / "tasks", listener.port, host_file)
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in made))
+    sysctl_before = Path("/proc/sys/kernel/printk_ratelimit_burst").read_text()
+    os.environ[CANARY_VARIABLE] = canary
+    try:
+        backend = HarborBackend(
+            tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"),
+            cleanup_successful_trials=False, environment={"kwargs": {"pids_limit": FORK_LIMIT}},
+        )  # fmt: skip
+        summary = asyncio.run(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), concurrency=4))
+    finally:
+        del os.environ[CANARY_VARIABLE]
+    rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
+    return {
+        "tmp": tmp_path, "rows": rows, "canary": canary, "host_file": host_file, "listener": listener,
+        "sysctl_before": sysctl_before, "trials": tmp_path / "trials",
+    }  # fmt: skip
+
+
+def agent_file(sweep: dict, task: str, name: str) -> str:
+    (found,) = sweep["trials"].rglob(f"{task}*/agent/{name}")
+    return found.read_text()
+
+
+def every_byte_written(sweep: dict) -> bytes:
+    blobs = []
+    for path in sweep["tmp"].rglob("*"):
+        if path.is_file() and not path.is_symlink() and path != sweep["host_file"]:
+            blobs.append(path.read_bytes())
+    return b"\n".join(blobs)
+
+
+def test_every_probe_is_recorded(hostile_sweep):
+    assert sorted(hostile_sweep["rows"]) == sorted(
+        ["read-host-environment", "write-sysctl", "reach-loopback-public", "reach-loopback-no-network", "symlink-exit-code", "symlink-reward", "fork-bomb"]
+    )
+
+
+def test_the_host_environment_is_invisible(hostile_sweep):
+    seen = agent_file(hostile_sweep, "read-host-environment", "environ.txt")
+    assert "PATH=" in seen, "the probe did not read any environment"
+    assert hostile_sweep["canary"].encode() not in every_byte_written(hostile_sweep)
+    assert "PREFECT_API_URL" not in seen and "AWS_SECRET" not in seen
+
+
+def test_kernel_settings_cannot_be_changed(hostile_sweep):
+    assert Path("/proc/sys/kernel/printk_ratelimit_burst").read_text() == hostile_sweep["sysctl_before"]
+    assert "|/tmp/x" not in Path("/proc/sys/kernel/core_pattern").read_text()
+
+
+@pytest.mark.parametrize("task", ["reach-loopback-public", "reach-loopback-no-network"])
+def test_host_loopback_services_are_unreachable(hostile_sweep, task):
+    assert agent_file(hostile_sweep, task, "reach.txt") == ""
+    assert hostile_sweep["listener"].connections == 0
+
+
+def test_a_planted_symlink_neither_writes_nor_reads_host_files(hostile_sweep):
+    canary = hostile_sweep["canary"]
+    assert hostile_sweep["host_file"].read_text() == canary, "the host file was overwritten through the trial's logs"
+    rows = hostile_sweep["rows"]
+    assert rows["symlink-exit-code"]["status"] == "success" and rows["symlink-exit-code"]["reward"] == 1.0
+    assert rows["symlink-reward"]["status"] == "failure"
+    assert canary not in (rows["symlink-reward"]["err_message"] or "")
+    assert canary.encode() not in every_byte_written(hostile_sweep), "a host file's contents reached the trial's outputs"
+
+
+def test_a_fork_loop_is_capped_and_the_row_still_recorded(hostile_sweep):
+    forks = int(agent_file(hostile_sweep, "fork-bomb", "forks.txt").strip())
+    assert forks < FORK_LIMIT, forks
+    assert hostile_sweep["rows"]["fork-bomb"]["status"] == "success"
+
+
+def test_no_container_is_left_and_trials_are_not_world_writable(hostile_sweep):
+    listed = podman_sync("ps", "-a", "--filter", f"label={LABEL_OWNER}={owner_token()}", "--format", "{{.Names}}").text
+    assert listed == "", listed
+    for path in [hostile_sweep["trials"], *hostile_sweep["trials"].rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            assert not path.stat().st_mode & stat.S_IWOTH, f"{path} is world-writable"

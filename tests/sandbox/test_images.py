@@ -1,0 +1,139 @@
+"""Task images built by podman from real Dockerfiles: semantics, caching, bases, failures, resources."""
+
+import logging
+from pathlib import Path
+
+import pytest
+from harbor.models.task.config import EnvironmentConfig
+
+from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
+from prefect_harbor.sandbox.container import image_resolver
+from prefect_harbor.sandbox.images import ImageResolver
+
+from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
+
+FULL_SEMANTICS = """\
+ARG BASE=debian:bookworm-slim
+FROM --platform=linux/amd64 $BASE AS builder
+ARG GREETING=hi
+RUN echo "$GREETING from the builder stage" > /built.txt
+FROM ${BASE}
+RUN useradd --create-home agent
+COPY --from=builder /built.txt /opt/built.txt
+COPY --chown=agent:agent files/ /home/agent/files/
+ADD files/a.txt /opt/added.txt
+RUN <<EOT
+echo heredoc-1 > /opt/heredoc.txt
+echo heredoc-2 >> /opt/heredoc.txt
+EOT
+USER agent
+WORKDIR /home/agent
+"""
+
+
+def environment_dir(root: Path, dockerfile: str, **files: str) -> Path:
+    directory = root / "environment"
+    directory.mkdir(parents=True)
+    (directory / "Dockerfile").write_text(dockerfile)
+    for name, content in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(content)
+    return directory
+
+
+def fresh_resolver(**kwargs) -> ImageResolver:
+    """A resolver that remembers nothing from earlier tests (podman's storage still does)."""
+    ImageResolver._known.clear()
+    return image_resolver(extra_ca_certs=[], **kwargs)
+
+
+async def test_multi_stage_copy_chown_add_arg_user_and_heredocs(make_environment):
+    env = make_environment(dockerfile=FULL_SEMANTICS)
+    (env.environment_dir / "files").mkdir()
+    (env.environment_dir / "files" / "a.txt").write_text("added\n")
+    await env.start(force_build=False)
+    try:
+        result = await env.exec("id -un; pwd; cat /opt/built.txt /opt/added.txt /opt/heredoc.txt; stat -c %U files/a.txt")
+    finally:
+        await env.stop(delete=True)
+    assert result.stdout.split("\n")[:7] == ["agent", "/home/agent", "hi from the builder stage", "added", "heredoc-1", "heredoc-2", "agent"], result
+
+
+async def test_an_unchanged_task_is_never_rebuilt_and_its_tests_do_not_count(tmp_path):
+    task = tmp_path / "task"
+    context = environment_dir(task, BASE_DOCKERFILE + "RUN echo cache-probe > /probe\n")
+    first = fresh_resolver()
+    tag = await first.ensure_built(context, "probe", timeout_sec=600)
+    (task / "tests").mkdir()
+    (task / "tests" / "test.sh").write_text("echo changed")
+    again = fresh_resolver()
+    assert await again.ensure_built(context, "probe", timeout_sec=600) == tag
+    assert again.builds == 0, "an unchanged image was built again"
+    (context / "Dockerfile").write_text(BASE_DOCKERFILE + "RUN echo cache-probe-2 > /probe\n")
+    changed = fresh_resolver()
+    assert await changed.ensure_built(context, "probe", timeout_sec=600) != tag and changed.builds == 1
+
+
+async def test_a_base_that_cannot_be_found_names_the_reference_and_the_fix(tmp_path):
+    context = environment_dir(tmp_path, "FROM registry.invalid/nobody/nothing:1\n")
+    with pytest.raises(BaseImageNotFoundError, match=r"'registry.invalid/nobody/nothing:1'.*prefect-harbor images bootstrap.*base_images"):
+        await fresh_resolver().ensure_built(context, "missing", timeout_sec=60)
+
+
+async def test_a_stand_in_base_is_used_with_a_warning(tmp_path, caplog):
+    context = environment_dir(tmp_path, "FROM ubuntu:24.04\nRUN test -f /etc/debian_version\n")
+    with caplog.at_level(logging.WARNING):
+        tag = await fresh_resolver(base_images={"ubuntu:24.04": BASE_IMAGE}).ensure_built(context, "stand-in", timeout_sec=120)
+    assert tag
+    assert any("'ubuntu:24.04' is stood in by" in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_a_failed_build_reports_the_tail_of_its_log(tmp_path):
+    context = environment_dir(tmp_path, "FROM debian:bookworm-slim\nRUN echo the-step-that-breaks && exit 3\n")
+    with pytest.raises(ImageBuildError, match="the-step-that-breaks") as failed:
+        await fresh_resolver().ensure_built(context, "broken", timeout_sec=120)
+    assert failed.value.log_path is not None and "the-step-that-breaks" in failed.value.log_path.read_text()
+
+
+async def test_task_resources_and_the_process_limit_are_applied(make_environment):
+    env = make_environment(task_env=EnvironmentConfig(cpus=1, memory_mb=256), pids_limit=300)
+    await env.start(force_build=False)
+    try:
+        limits = await env.exec(
+            "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+            "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us; "
+            "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"
+        )
+    finally:
+        await env.stop(delete=True)
+    memory, cpu, pids = limits.stdout.split()[:3]
+    assert int(memory) == 256 * 1024 * 1024
+    assert cpu.startswith("100000")  # one CPU: a 100 ms quota per 100 ms period
+    assert pids == "300"
+
+
+async def test_a_prebuilt_docker_image_runs_without_a_dockerfile(make_environment):
+    env = make_environment(task_env=EnvironmentConfig(docker_image=BASE_IMAGE))
+    (env.environment_dir / "Dockerfile").unlink()
+    await env.start(force_build=False)
+    try:
+        assert (await env.exec("cat /etc/debian_version")).return_code == 0
+    finally:
+        await env.stop(delete=True)
+    assert env.image == BASE_IMAGE
+
+
+@pytest.mark.slow
+async def test_apt_and_pip_work_behind_the_hosts_intercepting_proxy(make_environment):
+    """This machine's HTTPS egress needs its extra CA: given to the build (and kept for the trial)."""
+    env = make_environment(
+        dockerfile=BASE_DOCKERFILE
+        + "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-pip >/dev/null\n"
+        + "RUN pip install --quiet --break-system-packages --no-cache-dir six && python3 -c 'import six'\n"
+    )
+    await env.start(force_build=False)
+    try:
+        trial_time = await env.exec("pip download --quiet --no-deps --no-cache-dir -d /tmp/wheels six && ls /tmp/wheels", timeout_sec=120)
+    finally:
+        await env.stop(delete=True)
+    assert trial_time.return_code == 0 and "six-" in trial_time.stdout, trial_time
