@@ -118,7 +118,7 @@ class HarborBackend(Block):
         if not self.environment.is_local_sandbox and (self.has_bundle or self.agent == "mini-swe-agent"):
             what = "a workflow bundle" if self.has_bundle else "mini-swe-agent's prepared environment"
             raise ConfigurationError(
-                f"environment: {what} is mounted from this host into the local container sandbox, which environment "
+                f"environment: {what} is mounted from this host into the local container sandbox (or baked into its images), which environment "
                 f"{self.environment.type or self.environment.import_path!r} cannot do; use the default sandbox, or a native agent without a grader."
             )
         if self.workflow_config and self.is_native:

@@ -10,9 +10,15 @@ source, and the removed Osmosis v0.2 APIs in a rollout project.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import functools
 import logging
 import os
+import signal
+import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -59,6 +65,41 @@ def _prefect_defaults() -> None:
     # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+@contextlib.contextmanager
+def temporary_server() -> Iterator[None]:
+    """Without ``PREFECT_API_URL``, a Prefect server for this command alone, out of the terminal's reach.
+
+    Prefect's own temporary server would start in the CLI's process group, so a Ctrl-C in a
+    terminal (sent to the whole foreground group) killed it at once, while the sweep was
+    still cancelling its trials and recording its rows through it. This one is Prefect's
+    same server, started in a session of its own; it still dies with the CLI (a parent-death
+    signal), and is stopped when the command ends.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server = SubprocessASGIServer()
+    popen = subprocess.Popen
+    subprocess.Popen = functools.partial(popen, start_new_session=True, preexec_fn=_die_with_parent)  # type: ignore[misc]
+    try:
+        server.start()
+    finally:
+        subprocess.Popen = popen  # type: ignore[misc]
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            yield
+    finally:
+        server.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: be sent SIGTERM when the parent dies (Linux's PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode, agent: str, grader: str | None, **flags):
@@ -166,12 +207,13 @@ def sweep(
         logging.getLogger("harbor.utils.logger").propagate = False
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
-    state = asyncio.run(
-        evaluation_sweep(
-            dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-            resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, return_state=True,
+    with temporary_server():
+        state = asyncio.run(
+            evaluation_sweep(
+                dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
+                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, return_state=True,
+            )
         )
-    )
     summary = state.result(raise_on_failure=False)
     if isinstance(summary, ConfigurationError):  # found once the flow could check it: storage, blocks
         raise fail(str(summary))

@@ -22,7 +22,7 @@ from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.rows import DatasetRow
 from prefect_harbor.sandbox import ImageBuildError, prepare_task_image
 from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
-from prefect_harbor.trials import RunContext, build_trial_config, prepare_task, stage_workflow_input, trial_name_for
+from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
 
 #: Install-only trials never call a model: their agents are wired to this unroutable address.
 NO_ENDPOINT = ModelEndpoint(base_url="http://127.0.0.1:9/prewarm-makes-no-model-calls")
@@ -64,7 +64,7 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
     try:
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
         if backend.environment.is_local_sandbox:
-            image, build_log = await prepare_task_image(task_path, backend.environment.kwargs, logger)
+            image, build_log = await prepare_task_image(task_path, environment_kwargs(backend, run), logger)
         if backend.is_workflow:
             await asyncio.to_thread(stage_workflow_input, row, uncredentialed, run.input_path(trial_name))
         config = build_trial_config(uncredentialed, row, task_path, run, trial_name)

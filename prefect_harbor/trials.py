@@ -115,9 +115,24 @@ def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) ->
     path.chmod(0o600)
 
 
+def bakes_the_bundle(backend: HarborBackend, run: RunContext) -> bool:
+    """``patch_dockerfile_with_sdk`` (on by default with a bundle): its environment goes into the task image."""
+    return run.bundle is not None and backend.environment.is_local_sandbox and backend.patch_dockerfile_with_sdk is not False
+
+
+def environment_kwargs(backend: HarborBackend, run: RunContext) -> dict:
+    """The environment's options for this run's trials (and its prewarm, which must build the same image)."""
+    kwargs = dict(backend.environment.kwargs)
+    if bakes_the_bundle(backend, run):
+        assert run.bundle is not None
+        kwargs["baked_paths"] = run.bundle.env.baked()
+    return kwargs
+
+
 def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
     model_name = model_for(backend, row)
-    mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle else [])]
+    baked = bakes_the_bundle(backend, run)
+    mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle and not baked else [])]
     if backend.is_native:
         assert backend.agent is not None
         setup = native_agent_config(backend.agent, model_name, backend.model_endpoint, backend.native_agent_kwargs)
@@ -135,7 +150,9 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
         trials_dir=run.trials_dir,
         trial_name=trial_name,
         agent=agent,
-        environment=EnvironmentConfig(type=environment.type, import_path=environment.import_path, kwargs=environment.kwargs, mounts=mounts or None),
+        environment=EnvironmentConfig(
+            type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None
+        ),
     )
 
 

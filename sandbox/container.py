@@ -27,10 +27,9 @@ import contextlib
 import logging
 import os
 import secrets
-import shlex
 import subprocess
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
@@ -40,8 +39,10 @@ from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPol
 from harbor.models.trial.paths import TrialPaths
 
 from prefect_harbor.sandbox import janitor, transfer
-from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
-from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.engine import (
+    DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
+)  # fmt: skip
+from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, default_extra_ca_certs
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
@@ -49,6 +50,9 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 DEFAULT_PIDS_LIMIT = 4096
+DEFAULT_MAX_COPY_MB = 1024
+#: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
+DEFAULT_MEMORY_MB = 4096
 _EXEC_MARKER = "PREFECT_HARBOR_EXEC"
 _READ_CHUNK = 64 * 1024
 _START_TIMEOUT_SEC = 120
@@ -69,6 +73,9 @@ class ContainerEnvironment(BaseEnvironment):
         pull: bool = True,
         pids_limit: int = DEFAULT_PIDS_LIMIT,
         max_parallel_builds: int = 2,
+        baked_paths: list[dict] | None = None,
+        max_copy_mb: int = DEFAULT_MAX_COPY_MB,
+        default_memory_mb: int = DEFAULT_MEMORY_MB,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -80,10 +87,20 @@ class ContainerEnvironment(BaseEnvironment):
         pull: try the registry for bases not in local storage.
         pids_limit: the most processes one trial may have.
         max_parallel_builds: image builds at once on this host (they are CPU- and disk-bound).
+        default_memory_mb: the memory limit of a task that sets no ``memory_mb``.
+        max_copy_mb: the most one copy out of the container (a log folder) may write on the host.
+        baked_paths: ``{"source", "target"}`` host files and folders copied into the image at
+            build time (``patch_dockerfile_with_sdk``: a workflow bundle's prepared environment).
         """
-        self._images = image_resolver(base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds)
+        self._images = image_resolver(
+            base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds, baked_paths=baked_paths
+        )
         if pids_limit < 1:
             raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")
+        if max_copy_mb < 1:
+            raise ValueError(f"max_copy_mb: {max_copy_mb} must be at least 1.")
+        self._max_copy_bytes = max_copy_mb * 1024 * 1024
+        self._default_memory_mb = default_memory_mb
         self._pids_limit = pids_limit
         self._container: str | None = None
         self.image: str | None = None
@@ -170,9 +187,13 @@ class ContainerEnvironment(BaseEnvironment):
             "--label", f"{LABEL_OWNER}={janitor.owner_token()}", "--label", f"{LABEL_TRIAL}={self.session_id}",
             "--network", network, "--pids-limit", str(self._pids_limit),
         ]  # fmt: skip
+        if profile := seccomp_profile():
+            args += ["--security-opt", f"seccomp={profile}"]
+        else:
+            self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl.")
         if cpus := self._effective_cpus:
             args += ["--cpus", str(cpus)]
-        if memory_mb := self._effective_memory_mb:
+        if memory_mb := self._effective_memory_mb or self._default_memory_mb:
             args += ["--memory", f"{memory_mb}m"]
         if self.task_env_config.workdir:
             args += ["--workdir", self.task_env_config.workdir]
@@ -181,6 +202,8 @@ class ContainerEnvironment(BaseEnvironment):
         with _env_file(self._startup_env()) as env_args:
             done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
         self._container = done.check(f"starting a container from {image}").text
+        if network != "none":
+            await asyncio.to_thread(isolate_ports)
         await self._wait_running(image)
         await self.ensure_dirs(self._mount_targets(writable_only=True))
         await self._upload_environment_dir_after_start()
@@ -285,61 +308,83 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = Path(target_path)
-        await self._put(Path(source_path), str(target.parent), arcname=target.name)
+        await self._put(Path(source_path), PurePosixPath(target_path))
 
     @override
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        await self._put(Path(source_dir), target_dir, arcname=".")
+        await self._put(Path(source_dir), PurePosixPath(target_dir))
 
-    async def _put(self, source: Path, target_dir: str, *, arcname: str) -> None:
+    async def _put(self, source: Path, target: PurePosixPath) -> None:
         container = self._require_container()
+        if not target.is_absolute():
+            raise ValueError(f"{target}: give an absolute path in the container.")
         with tempfile.TemporaryFile() as archive:
-            await asyncio.to_thread(transfer.pack, source, arcname, archive)
+            await asyncio.to_thread(transfer.pack, source, target, archive)
             archive.seek(0)
-            quoted = shlex.quote(target_dir)
             process = await asyncio.create_subprocess_exec(
-                podman_path(), "exec", "--interactive", "--user", "root", container,
-                "sh", "-c", f"mkdir -p {quoted} && tar -x -f - -C {quoted}",
+                podman_path(), "cp", "--archive=false", "-", f"{container}:/",
                 stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             _, stderr = await process.communicate()
         if process.returncode != 0:
-            raise RuntimeError(f"copying {source} into the container at {target_dir} failed: {stderr.decode(errors='replace').strip()}")
+            raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        source, target = Path(source_path), Path(target_path)
-        await self._get(str(source.parent), [source.name], target.parent, only=source.name, rename_to=target.name)
-        if not target.is_file():
-            raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
+        target = Path(target_path)
+        with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
+            await self._get(source_path, Path(scratch), strip=0)
+            copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
+            if len(copied) != 1:
+                raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copied[0].replace(target)
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        await self._get(source_dir, ["."], Path(target_dir))
+        await self._get(source_dir, Path(target_dir), strip=1)
 
-    async def _get(self, source_dir: str, members: list[str], target: Path, **select: str) -> None:
+    async def _get(self, source: str, target: Path, *, strip: int) -> None:
         container = self._require_container()
+        limit = self._max_copy_bytes
         with tempfile.TemporaryFile() as archive:
             process = await asyncio.create_subprocess_exec(
-                podman_path(), "exec", "--user", "root", container, "tar", "-c", "-f", "-", "-C", source_dir, "--", *members,
-                stdin=subprocess.DEVNULL, stdout=archive, stderr=subprocess.PIPE, env=engine_env(),
+                podman_path(), "cp", f"{container}:{source}", "-",
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
-            _, stderr = await process.communicate()
-            if process.returncode != 0:
-                raise RuntimeError(f"copying {source_dir} out of the container failed: {stderr.decode(errors='replace').strip()}")
+            received, cut = 0, False
+            while chunk := await process.stdout.read(_READ_CHUNK):
+                received += len(chunk)
+                if received > limit + 64 * 1024 * 1024:  # the cap, plus room for tar's own headers
+                    process.kill()
+                    cut = True
+                    self.logger.warning(f"Copying {source} out of the container stopped at the {limit // (1024 * 1024)} MiB limit.")
+                    break
+                archive.write(chunk)
+            stderr = await process.stderr.read()
+            await process.wait()
+            if process.returncode != 0 and not cut:
+                raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()}")
             archive.seek(0)
-            await asyncio.to_thread(transfer.unpack, archive, target, **select)
+            await asyncio.to_thread(transfer.unpack, archive, target, strip=strip, max_bytes=limit)
 
 
 def image_resolver(
-    base_images: dict[str, str] | None = None, extra_ca_certs: list[str] | None = None, pull: bool = True, max_parallel_builds: int = 2, **_: Any
+    base_images: dict[str, str] | None = None,
+    extra_ca_certs: list[str] | None = None,
+    pull: bool = True,
+    max_parallel_builds: int = 2,
+    baked_paths: list[dict] | None = None,
+    **_: Any,
 ) -> ImageResolver:
     """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
     certificates = default_extra_ca_certs() if extra_ca_certs is None else [Path(p) for p in extra_ca_certs]
     if max_parallel_builds < 1:
         raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
-    settings = ImageSettings(base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull, max_parallel_builds=max_parallel_builds)
+    settings = ImageSettings(
+        base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
+        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []),
+    )  # fmt: skip
     return ImageResolver(settings)
 
 

@@ -86,11 +86,17 @@ class ImageSettings:
     extra_ca_certs: list[Path] = field(default_factory=list)
     pull: bool = True
     max_parallel_builds: int = 2
+    #: Host files and folders copied into the image, as ``{"source", "target"}`` pairs (a
+    #: prepared Python environment, for ``patch_dockerfile_with_sdk``). They must not change once made.
+    baked_paths: list[dict] = field(default_factory=list)
     log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "prefect-harbor" / "image-builds")
 
     def __post_init__(self) -> None:
         self.base_images = {normalize_reference(k): v for k, v in self.base_images.items()}
         self.extra_ca_certs = [Path(p).expanduser() for p in self.extra_ca_certs]
+        for pair in self.baked_paths:
+            if not Path(pair["source"]).exists() or not Path(pair["target"]).is_absolute():
+                raise ValueError(f"baked_paths: {pair} needs an existing source and an absolute target.")
         for certificate in self.extra_ca_certs:
             if not certificate.is_file():
                 raise ValueError(f"extra_ca_certs: {certificate} is not a file; give PEM certificate files.")
@@ -171,6 +177,9 @@ class ImageResolver:
             digest.update(f"{written}={await self.image_id(resolved)}\0".encode())
         for certificate in self.settings.extra_ca_certs:
             digest.update(certificate.read_bytes())
+        for pair in self.settings.baked_paths:  # content-addressed folders: the name and the top entry identify them
+            stat = Path(pair["source"]).stat()
+            digest.update(f"baked={pair['source']}>{pair['target']}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         # Named by content alone: tasks with identical environments share one image.
         tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
         if self._known.get(tag) == tag:
@@ -188,12 +197,17 @@ class ImageResolver:
         log_path = self.log_path(tag)
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
             rewritten = Path(scratch, "Dockerfile")
-            rewritten.write_text(pin_bases(text, bases, self._trust_store_lines()))
             args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
             for variable in PROXY_VARIABLES:
                 for spelling in (variable, variable.lower()):
                     if os.environ.get(spelling):
                         args += ["--build-arg", f"{spelling}={os.environ[spelling]}"]
+            text_out = pin_bases(text, bases, self._trust_store_lines())
+            for n, pair in enumerate(self.settings.baked_paths):
+                source, target = Path(pair["source"]), pair["target"]
+                args += ["--build-context", f"prefect-harbor-baked-{n}={source if source.is_dir() else source.parent}"]
+                text_out += f"COPY --from=prefect-harbor-baked-{n} {'.' if source.is_dir() else source.name} {target}{'/' if source.is_dir() else ''}\n"
+            rewritten.write_text(text_out)
             if self.settings.extra_ca_certs:
                 ca_dir = Path(scratch, "ca")
                 ca_dir.mkdir()

@@ -12,7 +12,10 @@ from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.results import RowResult
 from prefect_harbor.rows import DatasetRow
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
-from prefect_harbor.trials import model_for, outcome, prepare_task, trial_name_for
+from prefect_harbor.bundles import Bundle
+from prefect_harbor.harness import BundleRuntime
+from prefect_harbor.pyenvs import prepare_env
+from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, model_for, outcome, prepare_task, trial_name_for
 
 from paths import EXAMPLE_TASKS
 
@@ -175,3 +178,19 @@ def test_a_finished_trials_loggers_are_forgotten():
     assert [name for name in registry if name.startswith("forget-test.trial.row1__abc")] == []
     assert list(registry["forget-test.trial"].loggerMap) == [other]
     assert logging.getLogger("forget-test.trial.row2__def") is other
+
+
+@pytest.mark.parametrize(("patch", "baked"), [(None, True), (True, True), (False, False)], ids=["default", "on", "off"])
+def test_patch_dockerfile_with_sdk_bakes_the_bundle_environment_instead_of_mounting_it(tmp_path, patch, baked):
+    env, _ = prepare_env([], root=tmp_path)
+    wheel = tmp_path / "pkg-0.1-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    run = RunContext(run_id="r", trials_dir=tmp_path / "trials", bundle=BundleRuntime(Bundle(wheel, "pkg-agent", "pkg-grade", ()), env))
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template", agent="pkg.mod:Workflow", patch_dockerfile_with_sdk=patch)
+    row = DatasetRow(id="r1", prompt=[{"role": "user", "content": "hi"}])
+    config = build_trial_config(backend, row, EXAMPLE_TASKS / "reward-txt", run, "r1__x")
+    mounted = {m["target"] for m in config.environment.mounts or []}
+    assert (str(env.path) in mounted) is not baked
+    baked_targets = {pair["target"] for pair in config.environment.kwargs.get("baked_paths", [])}
+    assert baked_targets == ({str(env.base_prefix), str(env.path), str(env.uv), str(env.libs)} if baked else set())
+    assert environment_kwargs(backend, run) == config.environment.kwargs, "prewarm must build the image the trials use"

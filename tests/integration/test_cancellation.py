@@ -111,9 +111,11 @@ async def test_cancelling_the_flow_run_stops_every_trial_and_keeps_the_record(tm
     # the signal included); SIGTERM as from a supervisor, against a running server (PREFECT_API_URL),
     # which spares a second ~20 s temporary-server start.
     [(signal.SIGINT, True), (signal.SIGTERM, False)],
-    ids=["SIGINT", "SIGTERM"],
+    ids=["Ctrl-C-to-the-process-group", "SIGTERM"],
 )
 def test_the_cli_cancels_on_a_signal(tmp_path, signum, on_its_own_server, request):
+    """Ctrl-C in a terminal signals the whole foreground process group: the CLI runs in a group of
+    its own here (as a terminal's foreground job) and SIGINT goes to that group, as a terminal sends it."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     if not on_its_own_server:
         from prefect.settings import get_current_settings
@@ -125,15 +127,18 @@ def test_the_cli_cancels_on_a_signal(tmp_path, signum, on_its_own_server, reques
     cli = str(Path(sys.executable).parent / "prefect-harbor")
     process = subprocess.Popen(
         [cli, "sweep", "--tasks-dir", str(tmp_path / "tasks"), "--dataset", str(dataset), "--results", str(tmp_path / "results"), "--concurrency", "2"],
-        stdout=subprocess.PIPE, stderr=open(tmp_path / "cli.log", "wb"), env=env, text=True,
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "cli.log", "wb"), env=env, text=True, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 180
     while len(marked_processes(marker)) < 2:
         assert process.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    process.send_signal(signum)
-    stdout, _ = process.communicate(timeout=60)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    stdout, _ = process.communicate(timeout=15)
     assert process.returncode == 130, (tmp_path / "cli.log").read_text()[-3000:]
     assert "5 rows: 0 success, 0 failure, 5 cancelled" in stdout
     assert marked_processes(marker) == []

@@ -5,11 +5,13 @@ sandbox; the assertions check the host afterwards. What each probe tries is in i
 """
 
 import asyncio
+import ctypes
 import json
 import os
 import secrets
 import socket
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
+from prefect_harbor.sandbox.network import bridge_name, gateway_address
 
 from tasks_factory import write_task
 
@@ -45,11 +48,47 @@ wait
 sleep 6  # the children exit: the verifier needs room to start"""
 
 
+#: keyctl(KEYCTL_DESCRIBE, KEY_SPEC_USER_KEYRING): describes root's user keyring, which a
+#: container without a user namespace shares with the host. Prints the result and errno.
+KEYCTL_PROBE = """python3 - > /logs/agent/keyctl.txt <<'PY'
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+buffer = ctypes.create_string_buffer(256)
+print(libc.syscall(250, 6, -4, buffer, 256), ctypes.get_errno(), buffer.value)
+PY
+true"""
+#: One trial listens on the bridge; its neighbour scans the bridge's subnet for it.
+NEIGHBOUR_LISTENS = """timeout 40 python3 -c "
+import socket
+s = socket.create_server(('0.0.0.0', 9999)); s.settimeout(40)
+try:
+    c, a = s.accept(); print('connection from', a)
+except OSError:
+    pass
+" > /logs/agent/accepted.txt; true"""
+NEIGHBOUR_SCANS = """sleep 4; timeout 30 python3 - > /logs/agent/reached.txt <<'PY'
+import concurrent.futures, socket
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(('192.0.2.255', 9))  # picks the address of the route out, sends nothing
+me = probe.getsockname()[0]
+net = me.rsplit('.', 1)[0]
+def knock(host):
+    try:
+        socket.create_connection((host, 9999), timeout=1).close(); return host
+    except OSError:
+        return None
+with concurrent.futures.ThreadPoolExecutor(64) as pool:
+    for _ in range(3):
+        print(*filter(None, pool.map(knock, (f'{net}.{n}' for n in range(1, 255) if f'{net}.{n}' != me))))
+PY
+true"""
+
+
 class Listener:
-    """A TCP listener on the host's loopback that records every connection it gets."""
+    """A TCP listener on all the host's interfaces, IPv4 and IPv6, loopback included; it counts connections."""
 
     def __init__(self) -> None:
-        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
         self.port = self.socket.getsockname()[1]
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -64,9 +103,29 @@ class Listener:
             connection.close()
 
 
+def host_addresses() -> list[str]:
+    """Every IPv4 address of this host's interfaces."""
+    listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3].split("/")[0] for line in listed.splitlines()]
+
+
+def bridge_link_local() -> str:
+    listed = subprocess.run(["ip", "-6", "-o", "addr", "show", "dev", bridge_name()], capture_output=True, text=True, check=True).stdout
+    return next(line.split()[3].split("/")[0] for line in listed.splitlines() if " fe80:" in line)
+
+
+def add_host_key(payload: str) -> int:
+    """add_key("user", ..., @u) on the host: root's user keyring, as a host secret would be."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = libc.syscall(248, b"user", b"prefect-harbor-canary", payload.encode(), len(payload), -4)
+    assert key > 0, f"add_key failed: errno {ctypes.get_errno()}"
+    return key
+
+
 def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
+    hosts = " ".join(["127.0.0.1", "localhost", gateway_address(), *host_addresses(), "10.0.2.2", "host.containers.internal"])
     reach = (
-        f"for host in 127.0.0.1 localhost 10.88.0.1 10.89.0.1 10.0.2.2 host.containers.internal; do "
+        f"for host in {hosts}; do "
         f"timeout 3 bash -c \"echo hi > /dev/tcp/$host/{port}\" 2>/dev/null && echo \"reached $host\"; done > /logs/agent/reach.txt; true"
     )
     made = {
@@ -77,6 +136,17 @@ def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
         "symlink-exit-code": write_task(tasks, "symlink-exit-code", solve=f"rm -f /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/stolen.txt"),
         "symlink-reward": write_task(tasks, "symlink-reward", test=f"ln -sf {host_file} /logs/verifier/reward.txt"),
         "fork-bomb": write_task(tasks, "fork-bomb", solve=FORK_LOOP),
+        "read-host-keyring": write_task(tasks, "read-host-keyring", solve=KEYCTL_PROBE),
+        "reach-host-over-ipv6": write_task(
+            tasks, "reach-host-over-ipv6",
+            solve=f"python3 -c \"import socket; socket.create_connection(('{bridge_link_local()}', {port}, 0, socket.if_nametoindex('eth0')), timeout=3); print('reached')\" > /logs/agent/reach6.txt 2>&1; true",
+        ),  # fmt: skip
+        "neighbour-listens": write_task(tasks, "neighbour-listens", solve=NEIGHBOUR_LISTENS),
+        "neighbour-scans": write_task(tasks, "neighbour-scans", solve=NEIGHBOUR_SCANS),
+        "replaced-tar": write_task(
+            tasks, "replaced-tar",
+            solve="echo solved > /logs/agent/solved.txt; for t in /usr/bin/tar /bin/tar; do printf '#!/bin/sh\\nexit 1\\n' > $t; done; true",
+        ),  # fmt: skip
     }
     no_network = made["reach-loopback-no-network"] / "task.toml"
     no_network.write_text(no_network.read_text() + '[environment]\nnetwork_mode = "no-network"\n')
@@ -94,15 +164,18 @@ def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in made))
     sysctl_before = Path("/proc/sys/kernel/printk_ratelimit_burst").read_text()
+    key = add_host_key(canary)
     os.environ[CANARY_VARIABLE] = canary
     try:
         backend = HarborBackend(
             tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"),
             cleanup_successful_trials=False, environment={"kwargs": {"pids_limit": FORK_LIMIT}},
         )  # fmt: skip
-        summary = asyncio.run(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), concurrency=4))
+        # Every probe at once: the neighbours must overlap in time.
+        summary = asyncio.run(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), concurrency=len(made)))
     finally:
         del os.environ[CANARY_VARIABLE]
+        ctypes.CDLL(None).syscall(250, 3, key)  # KEYCTL_REVOKE
     rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
     return {
         "tmp": tmp_path, "rows": rows, "canary": canary, "host_file": host_file, "listener": listener,
@@ -125,8 +198,11 @@ def every_byte_written(sweep: dict) -> bytes:
 
 def test_every_probe_is_recorded(hostile_sweep):
     assert sorted(hostile_sweep["rows"]) == sorted(
-        ["read-host-environment", "write-sysctl", "reach-loopback-public", "reach-loopback-no-network", "symlink-exit-code", "symlink-reward", "fork-bomb"]
-    )
+        [
+            "read-host-environment", "write-sysctl", "reach-loopback-public", "reach-loopback-no-network", "symlink-exit-code",
+            "symlink-reward", "fork-bomb", "read-host-keyring", "reach-host-over-ipv6", "neighbour-listens", "neighbour-scans", "replaced-tar",
+        ]
+    )  # fmt: skip
 
 
 def test_the_host_environment_is_invisible(hostile_sweep):
@@ -142,7 +218,8 @@ def test_kernel_settings_cannot_be_changed(hostile_sweep):
 
 
 @pytest.mark.parametrize("task", ["reach-loopback-public", "reach-loopback-no-network"])
-def test_host_loopback_services_are_unreachable(hostile_sweep, task):
+def test_host_services_are_unreachable_on_loopback_and_through_the_bridge(hostile_sweep, task):
+    """The listener is bound to 0.0.0.0: loopback, the bridge's gateway and the host's own addresses are all tried."""
     assert agent_file(hostile_sweep, task, "reach.txt") == ""
     assert hostile_sweep["listener"].connections == 0
 
@@ -169,3 +246,23 @@ def test_no_container_is_left_and_trials_are_not_world_writable(hostile_sweep):
     for path in [hostile_sweep["trials"], *hostile_sweep["trials"].rglob("*")]:
         if path.is_dir() and not path.is_symlink():
             assert not path.stat().st_mode & stat.S_IWOTH, f"{path} is world-writable"
+
+
+def test_host_roots_keyring_is_out_of_reach(hostile_sweep):
+    result, errno, _ = agent_file(hostile_sweep, "read-host-keyring", "keyctl.txt").split(" ", 2)
+    assert result == "-1" and errno != "0", "keyctl worked inside the container"
+
+
+def test_host_services_are_unreachable_over_ipv6(hostile_sweep):
+    assert "reached" not in agent_file(hostile_sweep, "reach-host-over-ipv6", "reach6.txt")
+    assert hostile_sweep["listener"].connections == 0
+
+
+def test_trials_cannot_reach_each_other(hostile_sweep):
+    assert agent_file(hostile_sweep, "neighbour-scans", "reached.txt").split() == []
+    assert "connection from" not in agent_file(hostile_sweep, "neighbour-listens", "accepted.txt")
+
+
+def test_the_containers_own_tar_is_never_trusted(hostile_sweep):
+    assert agent_file(hostile_sweep, "replaced-tar", "solved.txt").strip() == "solved", "the logs were not copied out"
+    assert hostile_sweep["rows"]["replaced-tar"]["status"] == "success"

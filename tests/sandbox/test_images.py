@@ -1,6 +1,7 @@
 """Task images built by podman from real Dockerfiles: semantics, caching, bases, failures, resources."""
 
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,8 @@ async def test_multi_stage_copy_chown_add_arg_user_and_heredocs(make_environment
 
 async def test_an_unchanged_task_is_never_rebuilt_and_its_tests_do_not_count(tmp_path):
     task = tmp_path / "task"
-    context = environment_dir(task, BASE_DOCKERFILE + "RUN echo cache-probe > /probe\n")
+    probe = uuid.uuid4().hex  # podman's storage outlives test runs: a content never built before
+    context = environment_dir(task, BASE_DOCKERFILE + f"RUN echo {probe} > /probe\n")
     first = fresh_resolver()
     tag = await first.ensure_built(context, "probe", timeout_sec=600)
     (task / "tests").mkdir()
@@ -69,7 +71,7 @@ async def test_an_unchanged_task_is_never_rebuilt_and_its_tests_do_not_count(tmp
     again = fresh_resolver()
     assert await again.ensure_built(context, "probe", timeout_sec=600) == tag
     assert again.builds == 0, "an unchanged image was built again"
-    (context / "Dockerfile").write_text(BASE_DOCKERFILE + "RUN echo cache-probe-2 > /probe\n")
+    (context / "Dockerfile").write_text(BASE_DOCKERFILE + f"RUN echo {probe}-changed > /probe\n")
     changed = fresh_resolver()
     assert await changed.ensure_built(context, "probe", timeout_sec=600) != tag and changed.builds == 1
 

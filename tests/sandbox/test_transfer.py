@@ -1,0 +1,81 @@
+"""Copying out of a container: only regular files and directories land, never through a link."""
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+from prefect_harbor.sandbox.transfer import unpack
+
+
+def archive(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as out:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            out.addfile(info, io.BytesIO(data) if data is not None else None)
+    buffer.seek(0)
+    return buffer
+
+
+def entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, 0o755 if kind == tarfile.DIRTYPE else 0o644
+    return info
+
+
+def test_regular_files_and_directories_land_and_links_do_not(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("host")
+    done = unpack(
+        archive(
+            (entry("agent", tarfile.DIRTYPE), None), (entry("agent/ok.txt"), b"fine"), (entry("agent/sub", tarfile.DIRTYPE), None),
+            (entry("agent/sub/deep.txt"), b"deep"), (entry("agent/passwd", tarfile.SYMTYPE, "/etc/passwd"), None),
+            (entry("agent/stolen", tarfile.LNKTYPE, str(victim)), None), (entry("agent/../escaped.txt"), b"x"),
+            (entry("/abs.txt"), b"x"), (entry("agent/fifo", tarfile.FIFOTYPE), None),
+        ),
+        tmp_path / "out", strip=1,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["ok.txt", "sub", "sub/deep.txt"]
+    assert (out / "ok.txt").read_text() == "fine" and done.written == 3 and len(done.skipped) == 5
+    assert victim.read_text() == "host" and not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_symlink_chain_longer_than_path_max_cannot_lead_out(tmp_path):
+    """CVE-2025-4517's shape: links whose resolved path outgrows PATH_MAX, then a file written through them."""
+    members = []
+    step = "d" * 235
+    path = ""
+    for letter in "abcdefghijklmnop":
+        members += [(entry(f"{path}{step}", tarfile.DIRTYPE), None), (entry(f"{path}{letter}", tarfile.SYMTYPE, step), None)]
+        path += f"{letter}/"
+    members += [(entry(f"{path}{'l' * 254}", tarfile.SYMTYPE, "../" * 16), None), (entry("escape", tarfile.SYMTYPE, f"{path}{'l' * 254}/.."), None)]
+    members += [(entry("escape/" + "../" * 10 + str(tmp_path / "pwned.txt").lstrip("/")), b"pwned")]
+    unpack(archive(*members), tmp_path / "out")
+    assert not (tmp_path / "pwned.txt").exists()
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_symlink()]
+
+
+def test_an_existing_file_is_replaced_not_written_through(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(outside, out / "reward.txt")  # a hard link that was somehow there
+    unpack(archive((entry("reward.txt"), b"1")), out)
+    assert outside.read_text() == "host" and (out / "reward.txt").read_text() == "1"
+
+
+def test_the_bytes_written_are_capped(tmp_path):
+    big = b"x" * (3 * 1024 * 1024)
+    done = unpack(archive((entry("a.bin"), big), (entry("b.bin"), big), (entry("small.txt"), b"ok")), tmp_path / "out", max_bytes=4 * 1024 * 1024)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.bin", "small.txt"]
+    assert done.bytes == len(big) + 2 and any("copy limit" in s for s in done.skipped)
+
+
+def test_a_cut_archive_keeps_what_came_before_the_cut(tmp_path):
+    whole = archive((entry("first.txt"), b"one"), (entry("second.bin"), b"y" * 100_000)).getvalue()
+    done = unpack(io.BytesIO(whole[:20_000]), tmp_path / "out")
+    assert (tmp_path / "out" / "first.txt").read_text() == "one" and done.skipped
