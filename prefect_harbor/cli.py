@@ -75,7 +75,7 @@ def temporary_server() -> Iterator[None]:
     terminal (sent to the whole foreground group) killed it at once, while the sweep was
     still cancelling its trials and recording its rows through it. This one is Prefect's
     same server, started in a session of its own; it still dies with the CLI (a parent-death
-    signal), and is stopped when the command ends.
+    signal), and stops when the command exits.
     """
     if os.environ.get("PREFECT_API_URL"):
         yield
@@ -90,11 +90,10 @@ def temporary_server() -> Iterator[None]:
         server.start()
     finally:
         subprocess.Popen = popen  # type: ignore[misc]
-    try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
-            yield
-    finally:
-        server.stop()
+    # Stopped by the atexit hook start() registers, which runs after Prefect's log and event
+    # workers have flushed to it (stopping it here left them retrying a server that was gone).
+    with temporary_settings({PREFECT_API_URL: server.api_url}):
+        yield
 
 
 def _die_with_parent() -> None:

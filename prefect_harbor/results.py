@@ -15,7 +15,9 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 RowStatus = Literal["success", "failure", "cancelled"]
-ErrorCategory = Literal["timeout", "validation_error", "agent_error"]
+#: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
+#: contract does not allow (so the row is not a scored 0, and the agent is not blamed).
+ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_error"]
 
 
 class RowResult(BaseModel):

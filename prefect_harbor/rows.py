@@ -16,7 +16,7 @@ from typing import Any
 
 import fsspec
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 ChatMessage = dict[str, Any]
 
@@ -30,6 +30,8 @@ class DatasetRow(BaseModel):
     prompt: list[ChatMessage] | None = Field(default=None, description="Chat messages; a string is one user message.")
     label: Any = Field(default=None, description="Ground truth for a grader; never shown to the agent.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: Whether ``id`` was derived from the content (then identical rows are numbered, not refused).
+    _id_derived: bool = PrivateAttr(default=False)
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -76,12 +78,12 @@ def parse_row(raw: Any, index: int) -> DatasetRow | RowProblem:
     if not isinstance(raw, dict):
         return RowProblem(id=derived_row_id(raw), index=index, reason=f"row {index} is not a JSON object")
     data = dict(raw)
-    if data.get("id") in (None, ""):
-        data["id"] = derived_row_id(raw)
-    else:
-        data["id"] = str(data["id"])
+    derived = data.get("id") in (None, "")
+    data["id"] = derived_row_id(raw) if derived else str(data["id"])
     try:
-        return DatasetRow.model_validate(data)
+        row = DatasetRow.model_validate(data)
+        row._id_derived = derived
+        return row
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'row'}: {e['msg']}" for e in error.errors())
         return RowProblem(id=data["id"], index=index, reason=f"invalid row: {problems}")
@@ -91,12 +93,14 @@ def iter_rows(url: str, storage_options: dict[str, Any] | None = None) -> Iterat
     """Stream the rows of a JSONL (``.jsonl``/``.json``) or Parquet dataset.
 
     Raises :class:`DatasetError` when the dataset cannot be opened at all, or when two
-    rows share an id (ids name archives and results: they must be unique).
+    rows share an id (ids name archives and results: they must be unique). Only ids the
+    sweep derived are numbered (``-2``, ``-3``, ...): identical rows without an id are
+    repeated rollouts. An id the dataset gives twice is always refused.
     """
     seen: dict[str, int] = {}
     derived: dict[str, int] = {}
     for index, row in _iter_raw(url, storage_options or {}):
-        if row.id.startswith("row-") and row.id in derived:
+        if isinstance(row, DatasetRow) and row._id_derived and row.id in derived:
             # Identical rows without ids are repeated rollouts, not duplicates: number them.
             derived[row.id] += 1
             row = row.model_copy(update={"id": f"{row.id}-{derived[row.id]}"})

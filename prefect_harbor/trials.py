@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TimingInfo, TrialResult
@@ -306,7 +307,7 @@ def outcome(base: RowResult, result: TrialResult) -> RowResult:
     error = result.exception_info
     rewards = dict((result.verifier_result.rewards or {}) if result.verifier_result else {})
     fields = {
-        "rewards": {key: float(value) for key, value in rewards.items() if isinstance(value, int | float)},
+        "rewards": {key: float(value) for key, value in rewards.items() if _is_number(value)},
         "exception_type": error.exception_type if error else None,
         "err_phase": failure_phase(result),
         "started_at": result.started_at,
@@ -321,6 +322,15 @@ def outcome(base: RowResult, result: TrialResult) -> RowResult:
         return base.model_copy(update={**fields, "err_category": _category(agent_error.exception_type), "err_message": agent_error.exception_message})
     if result.verifier_result is not None:
         reward = rewards.get("reward")
+        # Harbor's model turns a JSON true into 1: the file as written is what counts.
+        rewards = {**rewards, **_reward_file_as_written(result)}
+        not_numbers = sorted(key for key, value in rewards.items() if not _is_number(value))
+        if not_numbers:
+            message = (
+                f"verifier/reward.json: {', '.join(f'{k!r} is {rewards[k]!r}' for k in not_numbers)}; "
+                "Harbor rewards are numbers (a boolean is not one): write e.g. {\"reward\": 1.0}"
+            )
+            return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": message, "err_phase": "verifier"})
         if reward is None:
             message = f"Sample has no reward after grading (the verifier wrote {sorted(rewards)}; only 'reward' counts)"
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
@@ -328,7 +338,10 @@ def outcome(base: RowResult, result: TrialResult) -> RowResult:
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": f"reward must be a finite number, got {reward!r}", "err_phase": "grading"})
         return base.model_copy(update={**fields, "status": "success", "reward": float(reward), "err_phase": None})
     if error is not None:
-        return base.model_copy(update={**fields, "err_category": _category(error.exception_type), "err_message": error.exception_message})
+        category = _category(error.exception_type)
+        if category != "timeout" and fields["err_phase"] == "verifier":
+            return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": _verifier_message(error)})
+        return base.model_copy(update={**fields, "err_category": category, "err_message": error.exception_message})
     message = "trial ended with no verifier result and no recorded error; the task has no reward source (no tests/ and no grader)"
     return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
 
@@ -354,6 +367,31 @@ def failure_phase(result: TrialResult) -> str:
     if agent_phase_failure(result) is not None:
         spans = spans[1:]
     return next((name for name, span in spans if span is not None), "setup")
+
+
+def _reward_file_as_written(result: TrialResult) -> dict[str, object]:
+    """``verifier/reward.json`` of the trial as its verifier wrote it (empty if absent or unreadable)."""
+    uri = getattr(result, "trial_uri", None)  # absent on results built in part (model_construct)
+    if not uri or not uri.startswith("file://"):
+        return {}
+    path = Path(unquote(urlsplit(uri).path)) / "verifier" / "reward.json"
+    try:
+        document = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _verifier_message(error) -> str:
+    """The verifier's failure, naming the reward file and what Harbor expects of it."""
+    text = error.exception_message or error.exception_type
+    if error.exception_type == "ValidationError" and "dictionary" in text:
+        return f"verifier/reward.json must hold a JSON object of numbers, e.g. {{\"reward\": 1.0}}; Harbor said: {text}"
+    return f"{error.exception_type}: {text}"
 
 
 def _category(exception_type: str) -> ErrorCategory:

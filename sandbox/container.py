@@ -43,7 +43,7 @@ from prefect_harbor.sandbox.engine import (
     DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
 )  # fmt: skip
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
-from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, default_extra_ca_certs
+from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageSettings, default_extra_ca_certs
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
@@ -199,20 +199,24 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--workdir", self.task_env_config.workdir]
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
-        with _env_file(self._startup_env()) as env_args:
+        with _env_file({**proxy_variables(), **self._startup_env()}) as env_args:
             done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
         self._container = done.check(f"starting a container from {image}").text
         if network != "none":
             await asyncio.to_thread(isolate_ports)
-        await self._wait_running(image)
-        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        await self._ensure_log_dirs(image)
         await self._upload_environment_dir_after_start()
 
-    async def _wait_running(self, image: str) -> None:
-        """The container's ENTRYPOINT must hand over to the keep-alive command, as under Docker."""
+    async def _ensure_log_dirs(self, image: str) -> None:
+        """Harbor's writable mount targets, if any; this first exec doubles as the readiness check.
+
+        The container's ENTRYPOINT must hand over to the keep-alive command, as under Docker.
+        """
+        targets = self._mount_targets(writable_only=True)
+        command = self._ensure_dirs_command(targets) if targets else "true"
         for _ in range(50):
-            probe = await podman("exec", self._container, "true")
-            if probe.returncode == 0:
+            result = await self.exec(command, user="root")
+            if result.return_code == 0:
                 return
             state = await podman("inspect", "--format", "{{.State.Status}}", self._container)
             if state.text not in ("running", "created", "configured"):
@@ -223,7 +227,7 @@ class ContainerEnvironment(BaseEnvironment):
                     + (logs.stdout + logs.stderr).decode(errors="replace")[-2000:]
                 )
             await asyncio.sleep(0.1)
-        raise RuntimeError(f"the container from {image} did not accept commands within 5 s: {probe.stderr.decode(errors='replace')[-500:]}")
+        raise RuntimeError(f"the container from {image} did not accept commands within 5 s: {result.stderr[-500:] if result.stderr else ''}")
 
     @override
     async def stop(self, delete: bool) -> None:
@@ -367,6 +371,11 @@ class ContainerEnvironment(BaseEnvironment):
                 raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()}")
             archive.seek(0)
             await asyncio.to_thread(transfer.unpack, archive, target, strip=strip, max_bytes=limit)
+
+
+def proxy_variables() -> dict[str, str]:
+    """The host's proxy settings (``HTTP(S)_PROXY``, ``NO_PROXY``, ...): the only host variables a trial gets."""
+    return {name: os.environ[name] for variable in PROXY_VARIABLES for name in (variable, variable.lower()) if os.environ.get(name)}
 
 
 def image_resolver(

@@ -94,6 +94,20 @@ async def exec_cancellation_kills_the_tree(env: BaseEnvironment) -> None:
     assert survivors == "", f"processes survived cancellation: {survivors}"
 
 
+async def exec_streams_output_to_the_callback(env: BaseEnvironment) -> None:
+    """Harbor shows a running command's output through ``scoped_output_callback``."""
+    seen: list[tuple[str, str]] = []
+
+    async def collect(text: str, stream: str) -> None:
+        seen.append((stream, text))
+
+    with env.scoped_output_callback(collect):
+        result = await env.exec("echo first; echo oops >&2; sleep 0.3; echo second")
+    streamed = {stream: "".join(t for s, t in seen if s == stream) for stream in ("stdout", "stderr")}
+    assert streamed == {"stdout": "first\nsecond\n", "stderr": "oops\n"}, seen
+    assert result.stdout == "first\nsecond\n"
+
+
 async def exec_returns_large_output(env: BaseEnvironment) -> None:
     out = _ok(await env.exec("head -c 8000000 /dev/zero | tr '\\0' 'x'"), "large")
     assert len(out) == 8_000_000, len(out)
@@ -173,6 +187,7 @@ CHECKS: dict[str, Check] = {
         exec_runs_as_user,
         exec_times_out_and_kills_the_tree,
         exec_cancellation_kills_the_tree,
+        exec_streams_output_to_the_callback,
         exec_returns_large_output,
         exec_survives_binary_output,
         file_round_trip,

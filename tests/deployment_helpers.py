@@ -12,6 +12,16 @@ import httpx
 BIN = Path(sys.executable).parent
 
 
+
+def api(method: str, url: str, **kwargs) -> httpx.Response:
+    """One Prefect API call, retried on 503/429 as Prefect's own client does (SQLite answers 503 while locked)."""
+    for delay in (0.5, 1, 2, 4, 8):
+        response = httpx.request(method, url, timeout=30, **kwargs)
+        if response.status_code not in (429, 503):
+            return response
+        time.sleep(delay)
+    return httpx.request(method, url, timeout=30, **kwargs)
+
 def api_env(base: str, tmp_path: Path) -> dict:
     return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path)}
 
@@ -31,7 +41,7 @@ TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
 def runs_of(base: str, deployment_id: str) -> list[dict]:
-    return httpx.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}, timeout=30).json()
+    return api("post", f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
 
 
 class SharedServe:
@@ -73,7 +83,7 @@ class SharedServe:
 
     def pause_nightly(self, nightly: dict) -> None:
         """Pause the schedule (Prefect deletes the runs it scheduled ahead) and stop any run it already started."""
-        httpx.post(f"{self.base}/api/deployments/{nightly['id']}/pause_deployment", timeout=30).raise_for_status()
+        api("post", f"{self.base}/api/deployments/{nightly['id']}/pause_deployment").raise_for_status()
         self.stop_runs(nightly["id"])
 
     def stop_runs(self, deployment_id: str, timeout: float = 90) -> None:
@@ -96,7 +106,7 @@ class SharedServe:
         """The schedule firing again: yields the nightly deployment and the ids of its runs from before; paused after."""
         nightly = wait_for_deployment(self.base, "nightly")
         before = {r["id"] for r in runs_of(self.base, nightly["id"])}
-        httpx.post(f"{self.base}/api/deployments/{nightly['id']}/resume_deployment", timeout=30).raise_for_status()
+        api("post", f"{self.base}/api/deployments/{nightly['id']}/resume_deployment").raise_for_status()
         try:
             yield nightly, before
         finally:

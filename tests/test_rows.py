@@ -48,9 +48,11 @@ def test_ids_are_derived_from_content_and_stable(tmp_path):
     assert len(set(ids)) == 3 and all(i.startswith("row-") for i in ids)
 
 
-def test_duplicate_ids_reject_the_dataset_up_front(tmp_path):
-    url = write_jsonl(tmp_path / "d.jsonl", [{"id": "a"}, {"id": "b"}, {"id": "a"}])
-    with pytest.raises(DatasetError, match="rows 0 and 2 share the id 'a'"):
+@pytest.mark.parametrize("duplicate", ["a", "row-1", "row-0123456789ab"], ids=["plain", "row-prefixed", "derived-looking"])
+def test_duplicate_ids_reject_the_dataset_up_front(tmp_path, duplicate):
+    """Explicit ids are never renamed, even ones shaped like the ids the sweep derives."""
+    url = write_jsonl(tmp_path / "d.jsonl", [{"id": duplicate}, {"id": "b"}, {"id": duplicate}])
+    with pytest.raises(DatasetError, match=f"rows 0 and 2 share the id '{duplicate}'"):
         scan_dataset(url)
 
 

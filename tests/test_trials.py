@@ -150,9 +150,27 @@ def test_an_agent_phase_failure_stays_the_reported_cause():
     assert result.rewards == {"reward": 0.0}
 
 
-def test_a_verifier_failure_is_an_agent_error_in_the_verifier_phase():
+def test_a_verifier_failure_is_a_verifier_error_not_a_scored_zero():
     result = outcome(BASE, trial_result(None, error="RewardFileNotFoundError", error_at=T0 + timedelta(seconds=5, milliseconds=5)))
-    assert (result.status, result.err_category, result.err_phase) == ("failure", "agent_error", "verifier")
+    assert (result.status, result.err_category, result.err_phase, result.reward) == ("failure", "verifier_error", "verifier", None)
+    assert result.err_message.startswith("RewardFileNotFoundError")
+
+
+def test_a_reward_json_that_is_not_an_object_names_the_file_and_the_fix():
+    result = outcome(BASE, trial_result(None, error="ValidationError", error_at=T0 + timedelta(seconds=5, milliseconds=5)).model_copy(
+        update={"exception_info": ExceptionInfo.model_construct(exception_type="ValidationError", exception_message="Input should be a valid dictionary", occurred_at=T0 + timedelta(seconds=5, milliseconds=5))}
+    ))  # fmt: skip
+    assert (result.err_category, result.err_phase) == ("verifier_error", "verifier")
+    assert "verifier/reward.json must hold a JSON object of numbers" in result.err_message
+
+
+def test_a_boolean_reward_is_not_a_number(tmp_path):
+    """Harbor's result model turns a JSON ``true`` into 1; the reward file as written decides."""
+    (tmp_path / "verifier").mkdir()
+    (tmp_path / "verifier" / "reward.json").write_text('{"reward": true}')
+    result = outcome(BASE, trial_result({"reward": True}).model_copy(update={"trial_uri": tmp_path.as_uri()}))
+    assert (result.status, result.err_category, result.reward) == ("failure", "verifier_error", None)
+    assert "'reward' is True" in result.err_message and "a boolean is not one" in result.err_message
 
 
 def test_no_verifier_and_no_error_means_no_reward_source():

@@ -3,7 +3,9 @@
 import asyncio
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -140,6 +142,12 @@ def test_the_cli_cancels_on_a_signal(tmp_path, signum, on_its_own_server, reques
         process.send_signal(signum)
     stdout, _ = process.communicate(timeout=15)
     assert process.returncode == 130, (tmp_path / "cli.log").read_text()[-3000:]
+    if on_its_own_server:  # the temporary server, in a session of its own, must not outlive the CLI
+        port = int(re.search(r"Starting temporary server on http://127.0.0.1:(\d+)", (tmp_path / "cli.log").read_text())[1])
+        deadline = time.monotonic() + 10
+        while listening(port):
+            assert time.monotonic() < deadline, "the CLI's temporary Prefect server outlived it"
+            time.sleep(0.2)
     assert "5 rows: 0 success, 0 failure, 5 cancelled" in stdout
     assert marked_processes(marker) == []
     (results,) = (tmp_path / "results").glob("*/results.parquet")
@@ -161,6 +169,11 @@ def test_the_janitor_removes_containers_whose_owner_died_and_keeps_the_rest():
         assert podman_sync("container", "exists", names["kept"]).returncode == 0
     finally:
         podman_sync("rm", "--ignore", "-f", "-t", "0", *names.values())
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

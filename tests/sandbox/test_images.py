@@ -5,7 +5,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harbor.models.task.config import EnvironmentConfig
 
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
 from prefect_harbor.sandbox.container import image_resolver
@@ -95,34 +94,6 @@ async def test_a_failed_build_reports_the_tail_of_its_log(tmp_path):
     with pytest.raises(ImageBuildError, match="the-step-that-breaks") as failed:
         await fresh_resolver().ensure_built(context, "broken", timeout_sec=120)
     assert failed.value.log_path is not None and "the-step-that-breaks" in failed.value.log_path.read_text()
-
-
-async def test_task_resources_and_the_process_limit_are_applied(make_environment):
-    env = make_environment(task_env=EnvironmentConfig(cpus=1, memory_mb=256), pids_limit=300)
-    await env.start(force_build=False)
-    try:
-        limits = await env.exec(
-            "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
-            "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us; "
-            "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"
-        )
-    finally:
-        await env.stop(delete=True)
-    memory, cpu, pids = limits.stdout.split()[:3]
-    assert int(memory) == 256 * 1024 * 1024
-    assert cpu.startswith("100000")  # one CPU: a 100 ms quota per 100 ms period
-    assert pids == "300"
-
-
-async def test_a_prebuilt_docker_image_runs_without_a_dockerfile(make_environment):
-    env = make_environment(task_env=EnvironmentConfig(docker_image=BASE_IMAGE))
-    (env.environment_dir / "Dockerfile").unlink()
-    await env.start(force_build=False)
-    try:
-        assert (await env.exec("cat /etc/debian_version")).return_code == 0
-    finally:
-        await env.stop(delete=True)
-    assert env.image == BASE_IMAGE
 
 
 @pytest.mark.slow
