@@ -1,7 +1,8 @@
 """What the container sandbox costs, against the engine alone and against Harbor's own podman environment.
 
 Runs, in one process and one invocation, on the same image and the same task:
-  1. raw engine cycles: ``podman run -d``, three ``podman exec``, ``podman rm -f`` (the floor);
+  1. raw engine cycles: ``podman run -d``, three ``podman exec``, a ``podman cp`` in and one out,
+     ``podman rm -f`` (the floor: the same engine calls the lifecycle makes);
   2. our trial lifecycle: ContainerEnvironment start, three execs, an upload and a download, stop;
   3. image builds: a cold build (a fresh layer on the examples' cached base layers) and a
      cached lookup of the same task (which must build nothing);
@@ -50,13 +51,16 @@ def median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
 
-async def raw_cycles(image: str, repeats: int) -> list[float]:
+async def raw_cycles(image: str, payload: bytes, repeats: int) -> list[float]:
+    """The floor: the same engine calls the lifecycle needs, with nothing of ours around them."""
     timings = []
     for _ in range(repeats):
         began = time.perf_counter()
         container = (await podman("run", "-d", "--init", "--network", "none", image, "sleep", "infinity")).check("run").text
         for command in EXECS:
             (await podman("exec", container, "sh", "-c", command)).check("exec")
+        (await podman("cp", "-", f"{container}:/tmp", stdin=payload)).check("cp in")
+        (await podman("cp", f"{container}:/tmp/payload", "-")).check("cp out")
         (await podman("rm", "-f", "-t", "0", container)).check("rm")
         timings.append(time.perf_counter() - began)
     return timings
@@ -103,6 +107,24 @@ async def builds(scratch: Path) -> tuple[float, float]:
     return cold, cached
 
 
+def payload_archive() -> bytes:
+    """The lifecycle's upload as one tar stream: payload/file.txt, 4 KiB."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in (("payload", None), ("payload/file.txt", b"x" * 4096)):
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def pinned_task(scratch: Path, image: str) -> Path:
     """The example task with its FROM naming a local image, so Harbor's podman environment needs no registry either."""
     task = scratch / "task"
@@ -129,7 +151,7 @@ async def main(repeats: int, count: int, skip_harbor_podman: bool) -> None:
         scratch = Path(scratch_name)
         ImageResolver._known.clear()
         image = await image_resolver().ensure_built(TASK / "environment", "reward-txt", timeout_sec=900)
-        raw = await raw_cycles(image, repeats)
+        raw = await raw_cycles(image, payload_archive(), repeats)
         ours = await lifecycle_cycles(TASK / "environment", scratch, repeats)
         cold, cached = await builds(scratch)
         task = pinned_task(scratch, image)
@@ -141,7 +163,7 @@ async def main(repeats: int, count: int, skip_harbor_podman: bool) -> None:
             os.environ.update({k: v for k, v in engine_env().items() if k.startswith("CONTAINERS_")})
             harbor_trials = await trials(task, EnvironmentConfig(type="podman"), scratch / "harbor", count)
             subprocess.run(["podman", "image", "prune", "-f"], capture_output=True, env=engine_env())
-    print(f"raw engine cycle (run -d, {len(EXECS)} exec, rm -f), {repeats}x: median {median_ms(raw):.0f} ms")
+    print(f"raw engine cycle (run -d, {len(EXECS)} exec, cp in, cp out, rm -f), {repeats}x: median {median_ms(raw):.0f} ms")
     print(f"our lifecycle (start, {len(EXECS)} exec, upload, download, stop), {repeats}x: median {median_ms(ours):.0f} ms")
     print(f"image build: cold {cold:.2f} s, cached {cached * 1000:.0f} ms (no build)")
     print(f"oracle trial in our container, {count}x: median {median_ms(our_trials):.0f} ms")

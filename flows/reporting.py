@@ -47,6 +47,13 @@ class Progress:
             self.shown, self.shown_at = percent, time.monotonic()
             await aupdate_progress_artifact(self.artifact_id, percent)
 
+    async def finish(self, recorded: int) -> None:
+        """The final count: every row has a result by now, cancelled ones included (a cancel left it at the last update)."""
+        percent = round(100 * recorded / self.total, 1)
+        if self.artifact_id is not None and percent != self.shown:
+            self.shown = percent
+            await aupdate_progress_artifact(self.artifact_id, percent)
+
 
 def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
     """Failures grouped by category with their messages (the first few of each), then the slowest rows."""
@@ -54,7 +61,7 @@ def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
         f"# Sweep {summary.run_id}",
         "",
         f"{summary.rows} rows: {summary.success} success, {summary.failure} failure, {summary.cancelled} cancelled; "
-        f"mean reward {_fmt(summary.mean_reward)}.",
+        + (f"mean reward {_fmt(summary.mean_reward)}." if summary.mean_reward is not None else "no row was scored, so there is no mean reward."),
         "",
         f"Results: `{summary.results_uri}`",
     ]

@@ -317,6 +317,7 @@ async def evaluation_sweep(
     await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot(manifest.state))
     await asyncio.to_thread(store.write_manifest, manifest)
     summary = tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
+    await progress.finish(tally.rows)
     await publish(summary, tally)
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")

@@ -73,6 +73,19 @@ def task_dir_under(root: Path, task_id: str) -> Path | None:
     return path if path.is_relative_to(root) and path != root and path.is_dir() else None
 
 
+def declared_task(row: DatasetRow, backend: HarborBackend) -> str | None:
+    """The task a row names, before anything is resolved or fetched: what its result shows
+    whatever happens to it (cancelled before it started included)."""
+    ref = row.metadata.get("harbor_task")
+    if ref:
+        try:
+            task_ref, _ = parse_task_ref(str(ref), row.metadata)
+        except RowRejected:
+            return str(ref)
+        return task_ref.get_name() if isinstance(task_ref, PackageTaskId) else Path(str(ref)).name
+    return backend.tasks_dir.name if backend.task_mode == "template" else row.task_id
+
+
 class TaskResolver:
     """Resolves rows to task directories for one sweep run."""
 

@@ -30,7 +30,7 @@ from prefect_harbor.native_agents import native_agent_config
 from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sandbox.network import reachable_from_sandbox
-from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
+from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 
 _TIMEOUT_EXCEPTIONS = frozenset(
     {"AgentTimeoutError", "AgentSetupTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError", "TimeoutError"}
@@ -175,8 +175,9 @@ def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
 
 def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend) -> RowResult:
     """The row's result before anything ran (a failure until a trial says otherwise)."""
-    model = model_for(backend, row) if isinstance(row, DatasetRow) else None
-    return RowResult(row_index=index, row_id=row.id, agent=backend.agent, model=model, status="failure")
+    if isinstance(row, RowProblem):
+        return RowResult(row_index=index, row_id=row.id, agent=backend.agent, status="failure")
+    return RowResult(row_index=index, row_id=row.id, task=declared_task(row, backend), agent=backend.agent, model=model_for(backend, row), status="failure")
 
 
 async def run_row(

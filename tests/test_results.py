@@ -95,3 +95,28 @@ def test_the_spool_keeps_every_row_across_batches(tmp_path, monkeypatch):
     table = pq.read_table(writer.finalize())
     assert table.column("row_index").to_pylist() == list(range(10))
     assert not writer.spool_path.exists()
+
+
+def test_a_report_with_no_scored_row_says_so_in_words():
+    from prefect_harbor.flows.reporting import report_markdown
+
+    tally = RunTally()
+    tally.add(RowResult(row_index=0, row_id="q0", task="slow", status="cancelled", err_message="cancelled before it started"))
+    report = report_markdown(tally.summary("r", "file:///results.parquet"), tally)
+    assert "no row was scored, so there is no mean reward." in report and "mean reward -" not in report
+
+
+async def test_the_progress_ends_at_the_final_count_after_a_cancel(monkeypatch):
+    from prefect_harbor.flows import reporting
+
+    shown: list[float] = []
+
+    async def update(artifact_id, percent):
+        shown.append(percent)
+
+    monkeypatch.setattr(reporting, "aupdate_progress_artifact", update)
+    progress = reporting.Progress(total=6, interval=3600)
+    progress.artifact_id = "artifact"
+    await progress.advance()  # 16.7 %, then a cancel: the other rows are recorded without advancing
+    await progress.finish(recorded=6)
+    assert shown == [16.7, 100.0]

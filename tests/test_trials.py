@@ -15,7 +15,9 @@ from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
 from prefect_harbor.bundles import Bundle
 from prefect_harbor.harness import BundleRuntime
 from prefect_harbor.pyenvs import prepare_env
-from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, model_for, outcome, prepare_task, trial_name_for
+from prefect_harbor.trials import (
+    RunContext, base_result, build_trial_config, cancelled_result, environment_kwargs, model_for, outcome, prepare_task, trial_name_for,
+)  # fmt: skip
 
 from paths import EXAMPLE_TASKS
 
@@ -212,3 +214,19 @@ def test_patch_dockerfile_with_sdk_bakes_the_bundle_environment_instead_of_mount
     baked_targets = {pair["target"] for pair in config.environment.kwargs.get("baked_paths", [])}
     assert baked_targets == ({str(env.base_prefix), str(env.path), str(env.uv), str(env.libs)} if baked else set())
     assert environment_kwargs(backend, run) == config.environment.kwargs, "prewarm must build the image the trials use"
+
+
+@pytest.mark.parametrize(
+    ("backend", "metadata", "task"),
+    [
+        (dataset_backend(), {"harbor_task_id": "reward-txt"}, "reward-txt"),
+        (template_backend(), {}, "reward-txt"),
+        (dataset_backend(), {"harbor_task": "./elsewhere/hello-task"}, "hello-task"),
+        (dataset_backend(), {"harbor_task": "acme/solver@sha256:abc"}, "acme/solver"),
+    ],
+    ids=["dataset", "template", "local-path", "package"],
+)
+def test_a_row_cancelled_before_it_started_keeps_its_task(backend, metadata, task):
+    row = DatasetRow(id="q0", metadata=metadata)
+    result = cancelled_result(base_result(row, 0, backend), None, None, started=False)
+    assert (result.status, result.task, result.err_message) == ("cancelled", task, "cancelled before it started")

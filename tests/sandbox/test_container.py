@@ -1,6 +1,7 @@
 """The trial's container: resources, prebuilt images, what of the host's environment it gets."""
 
-from harbor.models.task.config import EnvironmentConfig
+import pytest
+from harbor.models.task.config import EnvironmentConfig, NetworkMode
 
 from tests.tasks_factory import BASE_IMAGE
 
@@ -44,3 +45,8 @@ async def test_the_hosts_proxy_settings_reach_the_trial_and_nothing_else_of_its_
     finally:
         await env.stop(delete=True)
     assert seen == "http://proxy.invalid:3128|localhost|unset"
+
+
+def test_an_allowlist_task_is_refused_naming_the_alternatives(make_environment):
+    with pytest.raises(ValueError, match="allowlist.*'public'.*'no-network'.*type 'docker'"):
+        make_environment(network_mode=NetworkMode.ALLOWLIST)

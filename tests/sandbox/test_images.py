@@ -8,6 +8,7 @@ import pytest
 
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
 from prefect_harbor.sandbox.container import image_resolver
+from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver
 
 from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
@@ -110,3 +111,12 @@ async def test_apt_and_pip_work_behind_the_hosts_intercepting_proxy(make_environ
     finally:
         await env.stop(delete=True)
     assert trial_time.return_code == 0 and "six-" in trial_time.stdout, trial_time
+
+
+async def test_builds_get_the_hosts_proxy_settings_and_the_image_keeps_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    context = environment_dir(tmp_path, f'FROM debian:bookworm-slim\nRUN echo "$HTTP_PROXY" > /proxy-at-build  # {uuid.uuid4().hex}\n')
+    tag = await fresh_resolver().ensure_built(context, "proxied", timeout_sec=120)
+    seen = (await podman("run", "--rm", tag, "cat", "/proxy-at-build")).check("run").text
+    kept = (await podman("image", "inspect", "--format", "{{.Config.Env}}", tag)).check("inspect").text
+    assert seen == "http://proxy.invalid:3128" and "proxy.invalid" not in kept
