@@ -27,7 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,31 +153,32 @@ def runtime_libraries(base_prefix: Path, root: Path) -> Path:
             if resolved and not name.startswith(_GLIBC) and not resolved.is_relative_to(base_prefix):
                 needed[name] = resolved.resolve()
     material = json.dumps(sorted((name, str(path), path.stat().st_size) for name, path in needed.items()))
-    target = root / hashlib.sha256(material.encode()).hexdigest()[:16]
-    if not target.is_dir():
-        staging = root / f".{target.name}.{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+    def copy_libraries(staging: Path) -> None:
+        staging.mkdir()
         for name, path in needed.items():
             shutil.copy2(path, staging / name)
-        try:
-            staging.rename(target)
-        except OSError:  # another process made it first
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return _made_once(root / hashlib.sha256(material.encode()).hexdigest()[:16], copy_libraries)
 
 
 def trimmed_prefix(base_prefix: Path, root: Path) -> Path:
     """A hard-linked copy of the interpreter's prefix without what no trial runs (made once)."""
-    key = hashlib.sha256(f"{base_prefix}:{sys.version}".encode()).hexdigest()[:16]
-    target = root / key
+    skipped = shutil.ignore_patterns("test", "tests", "idlelib", "turtledemo", "ensurepip", "config-3*", "*.a")
+
+    def link_prefix(staging: Path) -> None:
+        shutil.copytree(base_prefix, staging, symlinks=True, ignore=skipped, copy_function=_link_or_copy)
+
+    return _made_once(root / hashlib.sha256(f"{base_prefix}:{sys.version}".encode()).hexdigest()[:16], link_prefix)
+
+
+def _made_once(target: Path, make: Callable[[Path], None]) -> Path:
+    """``target``, made by ``make`` into a staging folder and renamed into place (by one process, once)."""
     if target.is_dir():
         return target
-    skipped = shutil.ignore_patterns("test", "tests", "idlelib", "turtledemo", "ensurepip", "config-3*", "*.a")
-    staging = root / f".{key}.{os.getpid()}"
+    staging = target.parent / f".{target.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(base_prefix, staging, symlinks=True, ignore=skipped, copy_function=_link_or_copy)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    make(staging)
     try:
         staging.rename(target)
     except OSError:  # another process made it first
