@@ -200,7 +200,12 @@ class ContainerEnvironment(BaseEnvironment):
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
         with _env_file({**proxy_variables(), **self._startup_env()}) as env_args:
-            done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+            try:
+                done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+            except (asyncio.CancelledError, TimeoutError):
+                # The container may exist already: it is named, so it can go before we do.
+                await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
+                raise
         self._container = done.check(f"starting a container from {image}").text
         if network != "none":
             await asyncio.to_thread(isolate_ports)
