@@ -1,9 +1,8 @@
-"""How much the Prefect pipeline costs on top of raw Harbor trials, and what a sandbox costs.
+"""How much the Prefect pipeline costs on top of raw Harbor trials.
 
-Runs, in one process and one minute:
-  1. sandbox start+stop, repeated (the container environment alone, on the examples' image);
-  2. N rows of the example tasks as raw harbor trials (Trial.create + run, no Prefect);
-  3. the same N rows through the evaluation-sweep flow on a running Prefect server;
+Runs, in one process and one minute (the sandbox's own cost is ``container_cost.py``'s):
+  1. N rows of the example tasks as raw harbor trials (Trial.create + run, no Prefect);
+  2. the same N rows through the evaluation-sweep flow on a running Prefect server;
 and prints seconds, per-row milliseconds and the flow/raw ratio. Figures are for
 comparison within one run, not absolute claims.
 
@@ -17,7 +16,6 @@ import asyncio
 import json
 import os
 import resource
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,34 +24,15 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
-from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig  # noqa: E402
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig  # noqa: E402
-from harbor.models.trial.paths import TrialPaths  # noqa: E402
 from harbor.trial.trial import Trial  # noqa: E402
 
-from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
+from prefect_harbor.sandbox import IMPORT_PATH  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "examples" / "tasks"
 # The quick tasks: background-process sleeps on purpose and would only measure its sleep.
 QUICK_TASKS = ["reward-txt", "multi-key-reward", "broken-solution", "no-network"]
-
-
-async def sandbox_start_stop(scratch: Path, repeats: int) -> list[float]:
-    environment_dir = TASKS / "reward-txt" / "environment"
-    timings = []
-    for n in range(repeats):
-        paths = TrialPaths(trial_dir=scratch / f"trial{n}")
-        paths.mkdir()
-        env = ContainerEnvironment(
-            environment_dir=environment_dir, environment_name="bench", session_id=f"bench{n}",
-            trial_paths=paths, task_env_config=TaskEnvironmentConfig(),
-        )  # fmt: skip
-        began = time.perf_counter()
-        await env.start(force_build=False)
-        await env.stop(delete=True)
-        timings.append(time.perf_counter() - began)
-    return timings
 
 
 async def raw_trials(rows: int, concurrency: int, trials_dir: Path) -> float:
@@ -108,18 +87,16 @@ async def flow_trials(rows: int, concurrency: int, scratch: Path) -> float:
     return elapsed
 
 
-async def main(rows: int, concurrency: int, repeats: int) -> None:
+async def main(rows: int, concurrency: int) -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        sandbox = await sandbox_start_stop(scratch, repeats)
         raw = await raw_trials(rows, concurrency, scratch / "raw")
         began = time.perf_counter()
         with prefect_test_harness(server_startup_timeout=120):
             server_start = time.perf_counter() - began
             flow = await flow_trials(rows, concurrency, scratch)
-    print(f"sandbox start+stop ({repeats}x): median {statistics.median(sandbox) * 1000:.0f} ms, max {max(sandbox) * 1000:.0f} ms")
     print(f"{'path':<34}{'seconds':>9}{'ms/row':>9}")
     print(f"{'raw harbor trials (no Prefect)':<34}{raw:>9.2f}{raw / rows * 1000:>9.0f}")
     print(f"{'evaluation-sweep flow':<34}{flow:>9.2f}{flow / rows * 1000:>9.0f}")
@@ -131,6 +108,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--sandbox-repeats", type=int, default=20)
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.rows, arguments.concurrency, arguments.sandbox_repeats))
+    asyncio.run(main(arguments.rows, arguments.concurrency))
