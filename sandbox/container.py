@@ -34,7 +34,7 @@ from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.definition import require_agent_environment_definition, should_use_prebuilt_docker_image
+from harbor.environments.definition import require_agent_environment_definition
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
 from harbor.models.trial.paths import TrialPaths
 
@@ -166,14 +166,10 @@ class ContainerEnvironment(BaseEnvironment):
     # ------------------------------------------------------------------ lifecycle
 
     async def prepare_image(self, force_build: bool = False) -> str:
-        """Build (or find) this task's image without starting a container: the prewarm step."""
-        if should_use_prebuilt_docker_image(self.environment_dir, docker_image=self.task_env_config.docker_image, force_build=force_build):
-            self.image = await self._images.resolve(self.task_env_config.docker_image, warn=self.logger)
-        else:
-            self.image = await self._images.ensure_built(
-                self.environment_dir, self.environment_name,
-                timeout_sec=self.task_env_config.build_timeout_sec, warn=self.logger,
-            )  # fmt: skip
+        """Build (or find) this task's image without starting a container."""
+        self.image = await self._images.task_image(
+            self.environment_dir, self.environment_name, self.task_env_config, force_build=force_build, warn=self.logger
+        )
         return self.image
 
     @override
@@ -409,15 +405,10 @@ async def prepare_task_image(task_dir: Path, kwargs: dict[str, Any], logger: log
     prebuilt image). A failed build raises :class:`ImageBuildError` with the log's tail.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    environment = config.environment
-    resolver = image_resolver(**kwargs)
-    environment_dir = task_dir / "environment"
-    if should_use_prebuilt_docker_image(environment_dir, docker_image=environment.docker_image, force_build=False):
-        return await resolver.resolve(environment.docker_image, warn=logger), None
+    resolver = image_resolver(**kwargs)  # a fresh one: its build count is this call's
     name = config.task.short_name if config.task else task_dir.name
-    built_before = resolver.builds
-    image = await resolver.ensure_built(environment_dir, name, timeout_sec=environment.build_timeout_sec, warn=logger)
-    return image, (resolver.log_path(image) if resolver.builds > built_before else None)
+    image = await resolver.task_image(task_dir / "environment", name, config.environment, warn=logger)
+    return image, (resolver.log_path(image) if resolver.builds else None)
 
 
 def _volume(mount: dict) -> str:

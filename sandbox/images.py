@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harbor.environments.definition import should_use_prebuilt_docker_image
+from harbor.models.task.config import EnvironmentConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
 from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
@@ -159,6 +161,14 @@ class ImageResolver:
         return self._image_ids[reference]
 
     # ------------------------------------------------------------------ builds
+
+    async def task_image(
+        self, environment_dir: Path, name: str, config: EnvironmentConfig, *, force_build: bool = False, warn: logging.Logger = logger
+    ) -> str:
+        """A task's image: its ``docker_image`` as Harbor decides to use it, else built from its Dockerfile."""
+        if should_use_prebuilt_docker_image(environment_dir, docker_image=config.docker_image, force_build=force_build):
+            return await self.resolve(config.docker_image, warn=warn)
+        return await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, warn=warn)
 
     async def ensure_built(
         self, environment_dir: Path, name: str, *, timeout_sec: float, warn: logging.Logger = logger
