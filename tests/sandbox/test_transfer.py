@@ -3,7 +3,6 @@
 import io
 import os
 import tarfile
-from pathlib import Path
 
 from prefect_harbor.sandbox.transfer import unpack
 
