@@ -47,7 +47,9 @@ find_python() {
 setup() {
     ensure_system_packages "${1:-}"
     PYTHON=$(find_python)
-    if command -v uv >/dev/null; then
+    # `uv --version`, not `command -v uv`: a pyenv shim exists for every version's tools and
+    # fails when the selected version has none.
+    if uv --version >/dev/null 2>&1; then
         UV=(uv)
     else
         "$PYTHON" -m uv --version >/dev/null 2>&1 || { say "Installing uv"; "$PYTHON" -m pip install --quiet uv; }
