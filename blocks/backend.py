@@ -8,6 +8,7 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
+from prefect_harbor.archive import MiB, ArchiveLimits
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.bundles import BundleSpec, project_dir_for
 
@@ -67,6 +68,20 @@ class HarborBackend(Block):
     )
     n_concurrent: int = Field(default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
     task_sources: TaskSourcePolicy = Field(default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
+    task_env_passthrough: list[str] = Field(
+        default_factory=list,
+        title="Host Variables Tasks May Read",
+        description=(
+            "Host environment variables a task.toml may pull in with ${VAR} templates ([environment.env], [solution.env], "
+            "[verifier.env]). Empty by default: a task is someone else's data, and a task asking for any other variable fails its rows."
+        ),
+    )
+    archive_max_file_mb: int = Field(
+        default=50, ge=1, title="Archive Limit per File (MiB)", description="Files of a trial larger than this are cut to it in the row's archive."
+    )
+    archive_max_row_mb: int = Field(
+        default=500, ge=1, title="Archive Limit per Row (MiB)", description="Once a row's archive holds this much, its remaining files are skipped (and listed)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +166,10 @@ class HarborBackend(Block):
             raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml).")
         if self.grader is None and not any((task / "tests" / "test.sh").is_file() for task in tasks):
             raise ConfigurationError(f"tasks_dir: no task under {self.tasks_dir} has tests/test.sh and no grader is configured: there is no reward source.")
+
+    @property
+    def archive_limits(self) -> ArchiveLimits:
+        return ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB)
 
     @property
     def is_native(self) -> bool:

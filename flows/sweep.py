@@ -33,7 +33,8 @@ from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
 from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
-from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
+from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
+from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, split_run_folder
 from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial, run_trials, trial_and_archive
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
@@ -107,7 +108,17 @@ async def evaluation_sweep(
     # Before anything is written: a project that cannot be bundled is a configuration error.
     bundle = await build_bundle_flow(backend=config) if config.has_bundle else None
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
-    secrets = secret_values(config.native_agent_kwargs) + endpoint_secrets(config)
+    redactor = Redactor.of(run_secrets(config, storage))
+    with redacting_logs(redactor):
+        return await _sweep(dataset, config, storage, redactor, bundle, mounts, results, resume, rerun_failed, prewarm, rows_per_task_run)
+
+
+async def _sweep(
+    dataset: str, config: HarborBackend, storage: ResultsStorage | None, redactor: Redactor, bundle, mounts: tuple, results: str,
+    resume: str | None, rerun_failed: str | None, prewarm: bool, rows_per_task_run: int | None,
+) -> SweepSummary:  # fmt: skip
+    """The sweep once its configuration is known: every log record it makes is redacted."""
+    logger = get_run_logger()
     root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
     store = RunStore(
@@ -121,7 +132,7 @@ async def evaluation_sweep(
         reruns = await asyncio.to_thread(rerun_ids, previous, info.ids)
         info = info.model_copy(update={"ids": list(reruns.values()), "rows": len(reruns)})
         logger.info(f"Re-running {len(reruns)} failed or cancelled rows of {previous.uri()}")
-    configuration = redact(config.model_dump(mode="json"), secrets)
+    configuration = redactor.configuration(config.model_dump(mode="json"))
     manifest = RunManifest(
         run_id=run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
         dataset=info.model_dump(), configuration=configuration, versions=package_versions(), rerun_of=rerun_failed,
@@ -133,7 +144,7 @@ async def evaluation_sweep(
     await asyncio.to_thread(store.write_manifest, manifest)
     if prewarm:
         prewarmed = await prewarm_all(config, run, info.task_ids)
-        await asyncio.to_thread(archive_build_logs, store, prewarmed, secrets)
+        await asyncio.to_thread(archive_build_logs, store, prewarmed, redactor)
         run = dataclasses.replace(run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
     batch_task, row_task = run_trials, run_trial
     if storage is not None and storage._block_document_id is not None:
@@ -193,9 +204,10 @@ async def evaluation_sweep(
             await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot("Running"))
         return tracker.version
 
-    archiver = Archiver(backend=config, store=store, run=run, secrets=tuple(secrets))
+    archiver = Archiver(backend=config, store=store, run=run, redactor=redactor)
 
     async def record(result: RowResult) -> RowResult:
+        result = redactor.model(result)  # rows that never reached the archiver (internal errors) too
         if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others archived in their task run
             result = await asyncio.to_thread(archiver, result, logger)
         await asyncio.to_thread(store.write_row, result)
@@ -332,12 +344,20 @@ TASK_RUNS_PER_LANE = 10
 MAX_ROWS_PER_TASK_RUN = 100
 
 
-def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], secrets: list[str]) -> None:
+def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor: Redactor) -> None:
     """Keep the log of every image this run's prewarm built (or failed to) in the run folder."""
     for result in prewarmed:
         if result.build_log and Path(result.build_log).is_file():
             text = Path(result.build_log).read_text(errors="replace")
-            store.write_bytes(f"prewarm/{path_safe(result.task)}.build.log", redact(text, secrets).encode())
+            store.write_bytes(f"prewarm/{path_safe(result.task)}.build.log", redactor.text(text).encode())
+
+
+def run_secrets(config: HarborBackend, storage: ResultsStorage | None) -> list[str]:
+    """Every secret value the run knows: the native agent's and the model endpoint's keys, and the storage's credentials."""
+    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config)
+    if storage is not None and storage.secret_access_key is not None:
+        found.append(storage.secret_access_key.get_secret_value())
+    return found
 
 
 def default_rows_per_task_run(rows: int, lanes: int) -> int:

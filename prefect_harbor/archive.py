@@ -1,8 +1,14 @@
-"""Per-row archives, the Osmosis way: scrub the trial tree, then keep its logs.
+"""Per-row archives, the Osmosis way: scrub the trial tree, bound it, then keep its logs.
 
-Order matters: every secret is scrubbed from the local trial tree BEFORE anything is
-copied out, and the scrub fails closed — if a file cannot be scrubbed and verified, the
-whole tree is deleted and the row says so. Symlinks are never followed or copied.
+Order matters: every secret is scrubbed from the local trial tree, in file contents and in
+file names, BEFORE anything is copied out, and the scrub fails closed: if a file cannot be
+scrubbed and verified, the whole tree is deleted and the row says so. Symlinks are never
+followed or copied.
+
+The agent decides how much it writes, so nothing here holds a file in memory: files are
+scanned, scrubbed and uploaded in chunks, and each row's archive is bounded by
+:class:`ArchiveLimits` (files over a limit are cut or skipped, and listed in the archive's
+``manifest.json``).
 """
 
 from __future__ import annotations
@@ -11,17 +17,30 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from prefect_harbor.results import RowResult
 from prefect_harbor.rows import path_safe
-from prefect_harbor.storage import RunStore, redact
+from prefect_harbor.secrets import REDACTED, Redactor
+from prefect_harbor.storage import RunStore
 
-REDACTED = b"[REDACTED]"
-#: What the archive keeps of a Harbor trial directory (relative paths; folders recurse).
-KEPT = ("trial.log", "exception.txt", "result.json", "config.json", "agent", "verifier", "artifacts")
+MiB = 1 << 20
+#: What the archive keeps of a Harbor trial directory (relative paths; folders recurse), in the
+#: order the row's byte budget is spent: the small files that say what happened come first.
+KEPT = ("result.json", "config.json", "exception.txt", "trial.log", "verifier", "agent", "artifacts")
+CHUNK = MiB
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """How much of a trial tree one row may keep (the backend's ``archive_max_*_mb`` fields)."""
+
+    file_bytes: int = 50 * MiB
+    row_bytes: int = 500 * MiB
 
 
 class ScrubFailed(Exception):
@@ -29,41 +48,136 @@ class ScrubFailed(Exception):
 
 
 @dataclass
+class TreeReport:
+    """What preparing a trial tree changed: names and files scrubbed, files cut or dropped."""
+
+    scrubbed: list[str] = field(default_factory=list)
+    cut: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class ArchiveReport:
     uri: str | None = None
     files: int = 0
-    scrubbed_files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    tree: TreeReport = field(default_factory=TreeReport)
     error: str | None = None
 
 
-def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
-    """Replace every secret in every regular file under ``root``; return what changed.
+def prepare_tree(root: Path, redactor: Redactor, limits: ArchiveLimits = ArchiveLimits()) -> TreeReport:
+    """Make ``root`` safe and bounded in place: secrets out of names and contents, files over
+    the limits cut (per file) or removed (once the row's budget is spent).
 
-    Fails closed: any file that cannot be read, rewritten and re-checked makes the whole
-    tree be deleted and :class:`ScrubFailed` raised.
+    Fails closed: any file that cannot be handled makes the whole tree be deleted and
+    :class:`ScrubFailed` raised.
     """
-    needles = [secret.encode() for secret in secrets if secret]
-    changed: list[str] = []
-    if not needles or not root.exists():
-        return changed
+    report = TreeReport()
+    if not root.exists():
+        return report
     try:
-        for path in _regular_files(root):
-            data = path.read_bytes()
-            if not any(needle in data for needle in needles):
+        if redactor:
+            _scrub_names(root, redactor, report)
+        remaining = limits.row_bytes
+        needles = redactor.needles()
+        for path in _ordered_files(root):
+            relative = str(path.relative_to(root))
+            size = path.stat().st_size
+            allowance = min(limits.file_bytes, remaining)
+            if allowance <= 0:
+                path.unlink()
+                report.skipped.append({"path": relative, "bytes": size, "why": f"the row's {limits.row_bytes // MiB} MiB were spent"})
                 continue
-            for needle in needles:
-                data = data.replace(needle, REDACTED)
-            path.write_bytes(data)
-            if any(needle in path.read_bytes() for needle in needles):
-                raise OSError(f"{path} still holds a secret after scrubbing")
-            changed.append(str(path.relative_to(root)))
+            if size > allowance:
+                os.truncate(path, allowance)
+                report.cut.append({"path": relative, "bytes": size, "kept_bytes": allowance})
+            remaining -= min(size, allowance)
+            if needles and _scrub_file(path, needles):
+                report.scrubbed.append(relative)
     except OSError as error:
         shutil.rmtree(root, ignore_errors=True)
         raise ScrubFailed(f"could not scrub {root} ({error}); deleted it rather than keep a secret") from error
-    return changed
+    return report
 
 
-def _regular_files(root: Path):
+def _scrub_names(root: Path, redactor: Redactor, report: TreeReport) -> None:
+    """Rename every file and folder whose name holds a secret (top-down, so children follow)."""
+    for directory, folders, files in os.walk(root, followlinks=False):
+        for names, is_folder in ((folders, True), (files, False)):
+            for position, name in enumerate(names):
+                if redactor.holds_secret(name):
+                    new = _free_name(Path(directory), redactor.text(name))
+                    os.rename(Path(directory, name), Path(directory, new))
+                    report.scrubbed.append(str(Path(directory, new).relative_to(root)) + ("/" if is_folder else ""))
+                    names[position] = new
+        folders[:] = [f for f in folders if not Path(directory, f).is_symlink()]
+
+
+def _free_name(directory: Path, name: str) -> str:
+    candidate, number = name, 1
+    while (directory / candidate).exists():
+        candidate, number = f"{name}-{number}", number + 1
+    return candidate
+
+
+def _scrub_file(path: Path, needles: list[bytes]) -> bool:
+    """Rewrite ``path`` without ``needles`` if it holds one (streamed, via a sibling temp file)."""
+    with _open_regular(path) as source:
+        if not _contains(source, needles):
+            return False
+        source.seek(0)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".scrub-")
+        with os.fdopen(fd, "wb") as target:
+            for piece in _scrubbed(source, needles):
+                target.write(piece)
+    os.replace(temporary, path)
+    with _open_regular(path) as check:
+        if _contains(check, needles):
+            raise OSError(f"{path} still holds a secret after scrubbing")
+    return True
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+
+
+def _contains(source: BinaryIO, needles: list[bytes]) -> bool:
+    overlap = max(map(len, needles)) - 1
+    tail = b""
+    while chunk := source.read(CHUNK):
+        window = tail + chunk
+        if any(needle in window for needle in needles):
+            return True
+        tail = window[-overlap:] if overlap else b""
+    return False
+
+
+def _scrubbed(source: BinaryIO, needles: list[bytes]) -> Iterator[bytes]:
+    """The stream with every needle replaced, including needles split across chunks.
+
+    A needle that straddles the end of a window starts within its last ``overlap`` bytes,
+    which are held back and scanned again with the next chunk.
+    """
+    overlap = max(map(len, needles)) - 1
+    tail = b""
+    while chunk := source.read(CHUNK):
+        window = tail + chunk
+        for needle in needles:
+            window = window.replace(needle, REDACTED.encode())
+        cut = max(len(window) - overlap, 0)
+        yield window[:cut]
+        tail = window[cut:]
+    yield tail
+
+
+def _ordered_files(root: Path) -> list[Path]:
+    """Regular files under ``root`` in :data:`KEPT` order, then anything else, sorted within each."""
+    files = sorted(_regular_files(root), key=lambda p: str(p.relative_to(root)))
+    rank = {name: position for position, name in enumerate(KEPT)}
+    return sorted(files, key=lambda p: rank.get(p.relative_to(root).parts[0], len(KEPT)))
+
+
+def _regular_files(root: Path) -> Iterator[Path]:
     """Regular files under ``root``, never following a symlink (to a file or a folder)."""
     for directory, folders, files in os.walk(root, followlinks=False):
         for name in files:
@@ -93,32 +207,38 @@ def diagnostics(result: RowResult) -> dict[str, Any]:
     }
 
 
-def archive_row(result: RowResult, trial_dir: Path | None, store: RunStore, secrets: list[str]) -> ArchiveReport:
-    """Scrub ``trial_dir`` and copy what the archive keeps to ``archives/<row>/``."""
+def archive_row(
+    result: RowResult, trial_dir: Path | None, store: RunStore, redactor: Redactor, limits: ArchiveLimits = ArchiveLimits()
+) -> ArchiveReport:
+    """Prepare ``trial_dir`` (:func:`prepare_tree`) and copy what the archive keeps to ``archives/<row>/``.
+
+    Writes ``diagnostics.json`` always, and ``manifest.json`` (every file kept, with what was
+    scrubbed, cut or skipped) when there was a tree to archive.
+    """
     folder = f"archives/{archive_name(result.row_id)}"
     report = ArchiveReport(uri=store.uri(folder))
+    details = redactor.strings(diagnostics(result))
     if trial_dir is not None and trial_dir.exists():
         try:
-            report.scrubbed_files = scrub_tree(trial_dir, secrets)
+            report.tree = prepare_tree(trial_dir, redactor, limits)
         except ScrubFailed as error:
             report.error = str(error)
         else:
+            kept: list[dict[str, Any]] = []
             for relative, path in _kept_files(trial_dir):
-                store.write_bytes(f"{folder}/{relative}", path.read_bytes())
-                report.files += 1
-            trajectory = trial_dir / "agent" / "trajectory.json"
-            if trajectory.is_file() and not trajectory.is_symlink():
-                store.write_bytes(f"{folder}/trajectory.json", trajectory.read_bytes())
-                report.files += 1
-    details = redact(diagnostics(result), secrets)
+                store.write_file(f"{folder}/{relative}", path)
+                kept.append({"path": relative, "bytes": path.stat().st_size})
+            report.files, report.bytes = len(kept), sum(entry["bytes"] for entry in kept)
+            manifest = {"files": kept, "limits_bytes": asdict(limits), **asdict(report.tree)}
+            store.write_bytes(f"{folder}/manifest.json", json.dumps(manifest, indent=2).encode())
+            details["archive"] = {key: value for key, value in asdict(report.tree).items() if value}
     if report.error:
         details["archive_error"] = report.error
     store.write_bytes(f"{folder}/diagnostics.json", json.dumps(details, indent=2).encode())
-    report.files += 1
     return report
 
 
-def _kept_files(trial_dir: Path):
+def _kept_files(trial_dir: Path) -> Iterator[tuple[str, Path]]:
     for name in KEPT:
         path = trial_dir / name
         if path.is_symlink():
@@ -128,6 +248,9 @@ def _kept_files(trial_dir: Path):
         elif path.is_dir():
             for file in _regular_files(path):
                 yield str(file.relative_to(trial_dir)), file
+    trajectory = trial_dir / "agent" / "trajectory.json"
+    if trajectory.is_file() and not trajectory.is_symlink():
+        yield "trajectory.json", trajectory  # Osmosis keeps it at the archive's top too
 
 
 def archive_name(row_id: str) -> str:

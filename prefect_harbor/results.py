@@ -48,6 +48,7 @@ class RowResult(BaseModel):
     trial_name: str | None = None
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
     artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")
+    archive_error: str | None = Field(default=None, description="Why the row's archive is missing or incomplete; the outcome stands.")
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -80,6 +81,7 @@ RESULTS_SCHEMA = pa.schema(
         ("trial_name", pa.string()),
         ("trial_dir", pa.string()),
         ("artifact_uri", pa.string()),
+        ("archive_error", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
     ]

@@ -16,6 +16,7 @@ summary say exactly where those files are. At the end they are pushed once more.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 import time
@@ -132,7 +133,15 @@ class RunStore:
             ) from error
 
     def write_bytes(self, relative: str, content: bytes) -> str:
-        """Write ``content`` at ``<run>/<relative>``; on lasting failure keep it locally.
+        """Write ``content`` at ``<run>/<relative>``; on lasting failure keep it locally."""
+        return self._write(relative, lambda path: self._put(path, content), lambda local: local.write_bytes(content))
+
+    def write_file(self, relative: str, source: Path) -> str:
+        """Copy the local file ``source`` to ``<run>/<relative>``, streamed (never read whole)."""
+        return self._write(relative, lambda path: self._put_file(path, source), lambda local: shutil.copyfile(source, local))
+
+    def _write(self, relative: str, put: Callable[[str], None], keep_locally: Callable[[Path], object]) -> str:
+        """Run ``put`` with retries; on lasting failure ``keep_locally`` under the fallback folder.
 
         After a write has failed for good, later writes get a single attempt for
         ``OUTAGE_BACKOFF_SEC``: an outage costs each row seconds, not a retry cycle per file.
@@ -140,17 +149,24 @@ class RunStore:
         path = f"{self.run_path}/{relative}"
         in_outage = self._down_since is not None and time.monotonic() - self._down_since < OUTAGE_BACKOFF_SEC
         try:
-            self._retry(lambda: self._put(path, content), f"write {relative}", delays=() if in_outage else self.retry_delays)
+            self._retry(lambda: put(path), f"write {relative}", delays=() if in_outage else self.retry_delays)
             self._down_since = None
             return self.fs.unstrip_protocol(path)
         except StorageUnavailable as error:
             self._down_since = time.monotonic()
             local = self.fallback_dir / relative
             local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_bytes(content)
+            keep_locally(local)
             self.unsent.append(relative)
             self.logger.error(f"Results storage unavailable ({error}); kept {relative} locally at {local}")
             return str(local)
+
+    def _put_file(self, path: str, source: Path) -> None:
+        try:
+            self.fs.put_file(str(source), path)
+        except FileNotFoundError:  # a local filesystem without the parent folder yet
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.put_file(str(source), path)
 
     def _put(self, path: str, content: bytes) -> None:
         try:
@@ -295,42 +311,6 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
-
-
-def redact(value: Any, secrets: list[str]) -> Any:
-    """Replace credential-bearing dict leaves and secret substrings (the Osmosis rules)."""
-    if isinstance(value, dict):
-        return {key: "[REDACTED]" if is_sensitive_key(str(key)) else redact(child, secrets) for key, child in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(child, secrets) for child in value]
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret and secret in value:
-                value = value.replace(secret, "[REDACTED]")
-    return value
-
-
-def secret_values(value: Any) -> list[str]:
-    """Every string stored under a credential-bearing key, at any depth: what to scrub."""
-    found: list[str] = []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            if is_sensitive_key(str(key)) and isinstance(child, str) and child:
-                found.append(child)
-            else:
-                found += secret_values(child)
-    elif isinstance(value, list | tuple):
-        for child in value:
-            found += secret_values(child)
-    return found
-
-
-SENSITIVE_KEYS = frozenset({"api_key", "apikey", "authorization", "credential", "credentials", "password", "secret", "token"})
-
-
-def is_sensitive_key(key: str) -> bool:
-    normalized = key.lower().replace("-", "_")
-    return normalized in SENSITIVE_KEYS or normalized.endswith(tuple(f"_{name}" for name in SENSITIVE_KEYS))
 
 
 def now() -> datetime:

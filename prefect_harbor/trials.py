@@ -31,6 +31,7 @@ from prefect_harbor.results import ErrorCategory, RowResult
 from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
+from prefect_harbor.task_env import refuse_unlisted_host_variables
 
 _TIMEOUT_EXCEPTIONS = frozenset(
     {"AgentTimeoutError", "AgentSetupTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError", "TimeoutError"}
@@ -78,6 +79,7 @@ def prepare_task(
             raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
     if backend.grader is None and not (source / "tests" / "test.sh").is_file():
         raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
+    refuse_unlisted_host_variables(source, task.name, backend.task_env_passthrough)
     shutil.copytree(source, destination)
     if backend.task_mode == "template":
         instruction = destination / "instruction.md"

@@ -15,7 +15,12 @@ monitor (conmon) per container. Per trial:
   reachable), ``no-network`` tasks only ``lo``.
 * Harbor's ``/logs`` directories are NOT host mounts: Harbor copies them out after each
   phase through :mod:`.transfer`, which refuses links out of the trial. The only host
-  paths inside are the read-only mounts a trial asks for (prepared agent environments).
+  paths inside are the read-only mounts a trial asks for (prepared agent environments)
+  and ``/tests``.
+* ``/tests`` is a read-only mount of an empty host folder, from the container's start: the
+  verifier's upload writes into that folder on the host, so the tests appear only at
+  verification, and nothing in the container (not root, not a process the agent left
+  running) can read them early or rewrite them before they run (``protect_tests``).
 * ``stop()`` removes the container; :mod:`.janitor` removes it if this process dies first.
 """
 
@@ -27,6 +32,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -49,6 +55,8 @@ from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageS
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
+#: Where Harbor's verifier uploads a task's tests.
+TESTS_DIR = PurePosixPath("/tests")
 DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
@@ -76,6 +84,7 @@ class ContainerEnvironment(BaseEnvironment):
         baked_paths: list[dict] | None = None,
         max_copy_mb: int = DEFAULT_MAX_COPY_MB,
         default_memory_mb: int = DEFAULT_MEMORY_MB,
+        protect_tests: bool = True,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -91,6 +100,9 @@ class ContainerEnvironment(BaseEnvironment):
         max_copy_mb: the most one copy out of the container (a log folder) may write on the host.
         baked_paths: ``{"source", "target"}`` host files and folders copied into the image at
             build time (``patch_dockerfile_with_sdk``: a workflow bundle's prepared environment).
+        protect_tests: mount ``/tests`` read-only (see the module docstring). Off: the tests
+            are copied in at verification as Harbor's docker environment does, writable, and
+            a process the agent left behind can rewrite them.
         """
         self._images = image_resolver(
             base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds, baked_paths=baked_paths
@@ -102,6 +114,8 @@ class ContainerEnvironment(BaseEnvironment):
         self._max_copy_bytes = max_copy_mb * 1024 * 1024
         self._default_memory_mb = default_memory_mb
         self._pids_limit = pids_limit
+        self._protect_tests = protect_tests
+        self._tests_folder: Path | None = None  # made by start()
         self._container: str | None = None
         self.image: str | None = None
         super().__init__(
@@ -195,6 +209,9 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--workdir", self.task_env_config.workdir]
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
+        if self._protect_tests:
+            self._tests_folder = self._tests_folder or _tests_folder()
+            args += ["--volume", f"{self._tests_folder}:{TESTS_DIR}:ro"]
         with _env_file({**proxy_variables(), **self._startup_env()}) as env_args:
             try:
                 done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
@@ -234,6 +251,9 @@ class ContainerEnvironment(BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         """Remove the container and everything in it; images stay cached whatever ``delete`` says."""
         container, self._container = self._container, None
+        if self._tests_folder is not None:
+            await asyncio.to_thread(shutil.rmtree, self._tests_folder, True)
+            self._tests_folder = None
         if container:
             removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=60))
             if removed.returncode != 0:
@@ -323,6 +343,9 @@ class ContainerEnvironment(BaseEnvironment):
         container = self._require_container()
         if not target.is_absolute():
             raise ValueError(f"{target}: give an absolute path in the container.")
+        if self._tests_folder is not None and target.is_relative_to(TESTS_DIR):
+            await asyncio.to_thread(_publish_tests, source, self._tests_folder / target.relative_to(TESTS_DIR))
+            return
         with tempfile.TemporaryFile() as archive:
             await asyncio.to_thread(transfer.pack, source, target, archive)
             archive.seek(0)
@@ -372,6 +395,31 @@ class ContainerEnvironment(BaseEnvironment):
                 raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()}")
             archive.seek(0)
             await asyncio.to_thread(transfer.unpack, archive, target, strip=strip, max_bytes=limit)
+
+
+def _tests_folder() -> Path:
+    """A fresh host folder for one trial's ``/tests``, readable by any user in the container."""
+    folder = Path(tempfile.mkdtemp(prefix="prefect-harbor-tests-"))
+    folder.chmod(0o755)
+    return folder
+
+
+def _publish_tests(source: Path, target: Path) -> None:
+    """Copy the task's tests (host files Harbor selected) into the read-only ``/tests`` folder.
+
+    Readable by every user, and scripts executable: the verifier's own ``chmod +x`` cannot
+    run on a read-only mount.
+    """
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
+        copied = [target, *target.rglob("*")]
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        copied = [target]
+    for path in copied:
+        executable = path.is_dir() or path.suffix == ".sh" or os.access(path, os.X_OK)
+        path.chmod(0o755 if executable else 0o644)
 
 
 def proxy_variables() -> dict[str, str]:

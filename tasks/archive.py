@@ -11,9 +11,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect_harbor.archive import archive_row
+from prefect_harbor.archive import ArchiveReport, archive_row
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.results import RowResult
+from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage import RunStore
 from prefect_harbor.trials import RunContext, release_trial
 
@@ -25,16 +26,23 @@ class Archiver:
     backend: HarborBackend
     store: RunStore
     run: RunContext
-    secrets: tuple[str, ...]
+    redactor: Redactor
 
     def __call__(self, result: RowResult, logger: logging.Logger | logging.LoggerAdapter) -> RowResult:
-        """Archive ``result``'s trial (once) and release its local directory if configured."""
+        """Archive ``result``'s trial (once), redact the row, and release its local directory if configured.
+
+        An archive that fails leaves the row's outcome as it was: the reason goes in ``archive_error``.
+        """
         if result.artifact_uri is not None:
             return result
+        result = self.redactor.model(result)
         trial_dir = Path(result.trial_dir) if result.trial_dir else None
-        report = archive_row(result, trial_dir, self.store, list(self.secrets))
+        try:
+            report = archive_row(result, trial_dir, self.store, self.redactor, self.backend.archive_limits)
+        except Exception as error:  # storage, disk or a bug: the row's reward is not the archive's to lose
+            report = ArchiveReport(uri=None, error=self.redactor.text(f"archiving failed: {type(error).__name__}: {error}"))
         if report.error:
             logger.error(f"Row {result.row_id}: {report.error}")
-            result = result.model_copy(update={"trial_dir": None})
+            result = result.model_copy(update={"trial_dir": result.trial_dir if trial_dir and trial_dir.exists() else None, "archive_error": report.error})
         result = result.model_copy(update={"artifact_uri": report.uri})
         return release_trial(result, self.backend, self.run)

@@ -1,15 +1,24 @@
-"""Scrubbing and archiving a trial tree: secrets out first, fail closed, no symlinks."""
+"""Scrubbing and archiving a trial tree: secrets out first (contents and names), fail closed,
+no symlinks, bounded and streamed."""
 
 import json
+import logging
+import os
 from pathlib import Path
 
 import pytest
 
-from prefect_harbor.archive import ScrubFailed, archive_name, archive_row, scrub_tree
+from prefect_harbor.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_name, archive_row, prepare_tree
 from prefect_harbor.results import RowResult
-from prefect_harbor.storage import RunStore, redact, secret_values
+from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
+from prefect_harbor.storage import RunStore
 
 KEY = "sk-archive-test-91c3"
+REDACTOR = Redactor.of([KEY])
+
+
+def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
+    return prepare_tree(root, Redactor.of(secrets)).scrubbed
 
 
 def trial_tree(root: Path) -> Path:
@@ -41,20 +50,20 @@ def test_symlinks_are_neither_followed_nor_archived(tmp_path):
     assert outside.read_text() == f"host file with {KEY}", "a symlink target outside the tree was rewritten"
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
     result = RowResult(row_index=0, row_id="r", status="success", reward=1.0)
-    report = archive_row(result, trial, store, [KEY])
+    report = archive_row(result, trial, store, REDACTOR)
     archived = [p.relative_to(tmp_path / "results" / "run" / "archives" / "r") for p in (tmp_path / "results").rglob("*") if p.is_file()]
     assert "agent/link.txt" not in map(str, archived) and not any("linkdir" in str(p) for p in archived)
-    assert {"trial.log", "config.json", "verifier/reward.txt", "diagnostics.json"} <= set(map(str, archived))
-    assert report.files == len(archived)
+    assert {"trial.log", "config.json", "verifier/reward.txt", "diagnostics.json", "manifest.json"} <= set(map(str, archived))
+    assert report.files == len(archived) - 2  # not counting diagnostics.json and manifest.json
 
 
 def test_a_tree_that_cannot_be_scrubbed_is_deleted(tmp_path, monkeypatch):
     trial = trial_tree(tmp_path)
 
-    def refuse(self, data):
+    def refuse(*args, **kwargs):
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(Path, "write_bytes", refuse)
+    monkeypatch.setattr("prefect_harbor.archive.os.replace", refuse)
     with pytest.raises(ScrubFailed, match="deleted it rather than keep a secret"):
         scrub_tree(trial, [KEY])
     assert not trial.exists()
@@ -62,15 +71,15 @@ def test_a_tree_that_cannot_be_scrubbed_is_deleted(tmp_path, monkeypatch):
 
 def test_an_unscrubbable_row_archives_only_its_diagnostics(tmp_path, monkeypatch):
     trial = trial_tree(tmp_path)
-    monkeypatch.setattr("prefect_harbor.archive.scrub_tree", _raise_scrub_failed)
+    monkeypatch.setattr("prefect_harbor.archive.prepare_tree", _raise_scrub_failed)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    report = archive_row(RowResult(row_index=0, row_id="r", status="failure"), trial, store, [KEY])
+    report = archive_row(RowResult(row_index=0, row_id="r", status="failure"), trial, store, REDACTOR)
     files = [p.name for p in (tmp_path / "results").rglob("*") if p.is_file()]
     assert files == ["diagnostics.json"] and "boom" in report.error
     assert json.loads((tmp_path / "results" / "run" / "archives" / "r" / "diagnostics.json").read_text())["archive_error"]
 
 
-def _raise_scrub_failed(root, secrets):
+def _raise_scrub_failed(root, redactor, limits):
     raise ScrubFailed("boom")
 
 
@@ -83,7 +92,108 @@ def test_archive_folder_names_are_safe_and_distinct():
 def test_configuration_snapshots_are_redacted():
     config = {"native_agent_kwargs": {"api_key": KEY, "llm_kwargs": {"openai_api_key": KEY, "temperature": 0}}, "note": f"key {KEY}"}
     assert secret_values(config) == [KEY, KEY]
-    assert redact(config, [KEY]) == {
+    assert REDACTOR.configuration(config) == {
         "native_agent_kwargs": {"api_key": "[REDACTED]", "llm_kwargs": {"openai_api_key": "[REDACTED]", "temperature": 0}},
         "note": "key [REDACTED]",
     }
+
+
+def test_file_and_folder_names_holding_the_key_are_renamed_and_listed(tmp_path):
+    trial = trial_tree(tmp_path)
+    (trial / "agent" / f"dir-{KEY}").mkdir()
+    (trial / "agent" / f"dir-{KEY}" / f"name-{KEY}.txt").write_text("plain")
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, REDACTOR)
+    every_path = [str(p) for p in (tmp_path / "results").rglob("*")] + [str(p) for p in trial.rglob("*")]
+    assert not [p for p in every_path if KEY in p]
+    assert (trial / "agent" / "dir-[REDACTED]" / "name-[REDACTED].txt").read_text() == "plain"
+    manifest = json.loads((tmp_path / "results" / "run" / "archives" / "r" / "manifest.json").read_text())
+    assert {"agent/dir-[REDACTED]/", "agent/dir-[REDACTED]/name-[REDACTED].txt"} <= set(manifest["scrubbed"])
+
+
+def test_a_key_split_across_read_chunks_is_still_scrubbed(tmp_path):
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    payload = b"x" * (CHUNK - 5) + KEY.encode() + b"y" * 10
+    (trial / "agent" / "big.log").write_bytes(payload)
+    assert scrub_tree(trial, [KEY]) == ["agent/big.log"]
+    data = (trial / "agent" / "big.log").read_bytes()
+    assert KEY.encode() not in data and data == payload.replace(KEY.encode(), b"[REDACTED]")
+
+
+def test_files_over_the_file_limit_are_cut_and_listed(tmp_path):
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "stdout.txt").write_bytes(b"a" * (3 * MiB))
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    report = archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=10 * MiB))
+    archived = tmp_path / "results" / "run" / "archives" / "r"
+    assert (archived / "agent" / "stdout.txt").stat().st_size == MiB
+    manifest = json.loads((archived / "manifest.json").read_text())
+    assert manifest["cut"] == [{"path": "agent/stdout.txt", "bytes": 3 * MiB, "kept_bytes": MiB}]
+    assert report.bytes == MiB
+
+
+def test_once_the_rows_budget_is_spent_the_rest_is_skipped_small_files_first(tmp_path):
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "result.json").write_text("{}")
+    for name in ("a.bin", "b.bin", "c.bin"):
+        (trial / "agent" / name).write_bytes(b"z" * MiB)
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=2 * MiB))
+    manifest = json.loads((tmp_path / "results" / "run" / "archives" / "r" / "manifest.json").read_text())
+    assert [entry["path"] for entry in manifest["files"]] == ["result.json", "agent/a.bin", "agent/b.bin"]
+    assert manifest["cut"] == [{"path": "agent/b.bin", "bytes": MiB, "kept_bytes": MiB - 2}]
+    assert [entry["path"] for entry in manifest["skipped"]] == ["agent/c.bin"]
+
+
+def test_a_huge_sparse_file_is_cut_without_being_read_whole(tmp_path):
+    """``truncate -s 200G`` in /logs/agent once cost the row its reward (MemoryError)."""
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    with open(trial / "agent" / "sparse.bin", "wb") as sparse:
+        sparse.truncate(200 * 1024**3)
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    archive_row(RowResult(row_index=0, row_id="r", status="success", reward=1.0), trial, store, REDACTOR, ArchiveLimits(file_bytes=4 * MiB))
+    assert (tmp_path / "results" / "run" / "archives" / "r" / "agent" / "sparse.bin").stat().st_size == 4 * MiB
+
+
+def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
+    from prefect_harbor.blocks import HarborBackend
+    from prefect_harbor.tasks.archive import Archiver
+    from prefect_harbor.trials import RunContext
+
+    from paths import EXAMPLE_TASKS
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr("prefect_harbor.tasks.archive.archive_row", out_of_memory)
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    archiver = Archiver(backend=backend, store=store, run=RunContext(run_id="run", trials_dir=tmp_path / "trials"), redactor=REDACTOR)
+    row = RowResult(row_index=0, row_id="r", status="success", reward=1.0, trial_dir=str(trial_tree(tmp_path)))
+    archived = archiver(row, logging.getLogger("test"))
+    assert (archived.status, archived.reward) == ("success", 1.0)
+    assert archived.archive_error == "archiving failed: MemoryError: "
+
+
+def test_rows_and_log_records_lose_the_key(caplog):
+    row = RowResult(row_index=0, row_id="r", status="failure", err_message=f"Non-numeric reward '{KEY}'", rewards={f"k-{KEY}": 1.0})
+    clean = REDACTOR.model(row)
+    assert KEY not in clean.model_dump_json() and clean.rewards == {"k-[REDACTED]": 1.0}
+    assert REDACTOR.model(clean) is clean, "a clean row is returned as it is"
+    logger = logging.getLogger("prefect_harbor.test_secrets")
+    with redacting_logs(REDACTOR):
+        try:
+            raise ValueError(f"bad {KEY}")
+        except ValueError:
+            logger.exception("row failed: %s", KEY)
+    logger.error("after the sweep %s", KEY)
+    assert KEY not in caplog.records[0].getMessage() and KEY not in (caplog.records[0].exc_text or "")
+    assert "[REDACTED]" in caplog.text.split("after the sweep")[0]
+
+
+def test_short_values_are_not_treated_as_secrets():
+    assert Redactor.of(["s", "testing", KEY]).secrets == (KEY,)

@@ -29,6 +29,22 @@ from tasks_factory import write_task
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
 CANARY_VARIABLE = "PREFECT_HARBOR_TEST_CANARY"
+#: The sweep's model key. The oracle never uses it; two probes get it as a model-backed
+#: agent would (an allowed task variable, KEY_VARIABLE) and echo it everywhere they can.
+MODEL_KEY = f"sk-isolation-{secrets.token_hex(8)}"
+KEY_VARIABLE = "PREFECT_HARBOR_TEST_MODEL_KEY"
+#: Waits for the verifier's upload of /tests/test.sh and rewrites it to score 1.
+FORGE_TESTS = """nohup bash -c 'for i in $(seq 1200); do
+  if [ -f /tests/test.sh ]; then echo seen >> /logs/verifier/forge.txt
+    printf "#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n" 2>> /logs/verifier/forge.txt > /tests/test.sh; fi
+  sleep 0.05; done' > /dev/null 2>&1 &
+ls -A /tests > /logs/agent/tests-before.txt 2>&1; true"""
+#: A server the verifier checks: a process the agent leaves running must survive into verification.
+LEAVE_SERVER = "nohup python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp > /dev/null 2>&1 & sleep 1"
+CHECK_SERVER = (
+    "python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/', timeout=5)\" "
+    "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"
+)
 FORK_LIMIT = 128
 #: Forks until the kernel refuses (children sleep 5 s, then exit so the verifier can run).
 FORK_LOOP = f"""python3 - > /logs/agent/forks.txt <<'PY'
@@ -143,6 +159,12 @@ def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
         ),  # fmt: skip
         "neighbour-listens": write_task(tasks, "neighbour-listens", solve=NEIGHBOUR_LISTENS),
         "neighbour-scans": write_task(tasks, "neighbour-scans", solve=NEIGHBOUR_SCANS),
+        "key-in-reward": write_task(tasks, "key-in-reward", test='echo "{\\"reward\\": \\"$KEY\\"}" > /logs/verifier/reward.json'),
+        "key-in-file-name": write_task(tasks, "key-in-file-name", solve='echo $KEY > /logs/agent/name-$KEY.txt; mkdir -p /logs/agent/$KEY; echo "$KEY" >&2'),
+        "task-env-pulls-host-secret": write_task(tasks, "task-env-pulls-host-secret", solve="env > /logs/agent/env.txt"),
+        "verifier-env-pulls-host-secret": write_task(tasks, "verifier-env-pulls-host-secret", test="env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt"),
+        "forge-tests": write_task(tasks, "forge-tests", solve=FORGE_TESTS, test="sleep 1; echo 0 > /logs/verifier/reward.txt"),
+        "server-left-running": write_task(tasks, "server-left-running", solve=LEAVE_SERVER, test=CHECK_SERVER),
         "replaced-tar": write_task(
             tasks, "replaced-tar",
             solve="echo solved > /logs/agent/solved.txt; for t in /usr/bin/tar /bin/tar; do printf '#!/bin/sh\\nexit 1\\n' > $t; done; true",
@@ -150,6 +172,12 @@ def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
     }
     no_network = made["reach-loopback-no-network"] / "task.toml"
     no_network.write_text(no_network.read_text() + '[environment]\nnetwork_mode = "no-network"\n')
+    for name, section, variable in (
+        ("task-env-pulls-host-secret", "solution.env", CANARY_VARIABLE), ("verifier-env-pulls-host-secret", "verifier.env", CANARY_VARIABLE),
+        ("key-in-reward", "environment.env", KEY_VARIABLE), ("key-in-file-name", "environment.env", KEY_VARIABLE),
+    ):  # fmt: skip
+        toml = made[name] / "task.toml"
+        toml.write_text(toml.read_text() + f'[{section}]\n{"LEAKED" if variable == CANARY_VARIABLE else "KEY"} = "${{{variable}}}"\n')
     return made
 
 
@@ -165,22 +193,55 @@ def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in made))
     sysctl_before = Path("/proc/sys/kernel/printk_ratelimit_burst").read_text()
     key = add_host_key(canary)
-    os.environ[CANARY_VARIABLE] = canary
+    os.environ[CANARY_VARIABLE], os.environ[KEY_VARIABLE] = canary, MODEL_KEY
     try:
         backend = HarborBackend(
             tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"),
             cleanup_successful_trials=False, environment={"kwargs": {"pids_limit": FORK_LIMIT}},
+            model_endpoint={"base_url": "http://127.0.0.1:9/v1", "api_key": MODEL_KEY}, task_env_passthrough=[KEY_VARIABLE],
         )  # fmt: skip
         # Every probe at once: the neighbours must overlap in time.
         summary = asyncio.run(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), concurrency=len(made)))
     finally:
-        del os.environ[CANARY_VARIABLE]
+        del os.environ[CANARY_VARIABLE], os.environ[KEY_VARIABLE]
         ctypes.CDLL(None).syscall(250, 3, key)  # KEYCTL_REVOKE
     rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
+    flow_run_id = json.loads((Path(summary.results_uri.removeprefix("file://")).parent / "manifest.json").read_text())["flow_run_id"]
     return {
+        "prefect_export": asyncio.run(prefect_export(flow_run_id)),
         "tmp": tmp_path, "rows": rows, "canary": canary, "host_file": host_file, "listener": listener,
         "sysctl_before": sysctl_before, "trials": tmp_path / "trials",
     }  # fmt: skip
+
+
+async def prefect_export(flow_run_id: str) -> bytes:
+    """What the Prefect server holds of the sweep: its flow run, task runs, logs, artifacts and events."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.events.filters import EventAnyResourceFilter, EventFilter
+    from prefect.logging.handlers import APILogHandler
+
+    await APILogHandler.aflush()
+    runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    async with get_client() as client:
+        events: list = []
+        for _ in range(60):  # the server persists events in batches
+            page = await client.read_events(EventFilter(any_resource=EventAnyResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"])), limit=50)
+            events = page.events
+            while page.next_page and len(events) < 5000:
+                page = await client.read_events_page(page.next_page)
+                events += page.events
+            if any(event.event == "prefect.flow-run.Completed" for event in events):
+                break
+            await asyncio.sleep(0.5)
+        parts = [
+            (await client.read_flow_run(flow_run_id)).model_dump_json(),
+            *(run.model_dump_json() for run in await client.read_task_runs(flow_run_filter=runs)),
+            *(log.model_dump_json() for log in await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))),
+            *(artifact.model_dump_json() for artifact in await client.read_artifacts(flow_run_filter=runs)),
+            *(event.model_dump_json() for event in events),
+        ]
+    return "\n".join(parts).encode()
 
 
 def agent_file(sweep: dict, task: str, name: str) -> str:
@@ -201,6 +262,8 @@ def test_every_probe_is_recorded(hostile_sweep):
         [
             "read-host-environment", "write-sysctl", "reach-loopback-public", "reach-loopback-no-network", "symlink-exit-code",
             "symlink-reward", "fork-bomb", "read-host-keyring", "reach-host-over-ipv6", "neighbour-listens", "neighbour-scans", "replaced-tar",
+            "key-in-reward", "key-in-file-name", "task-env-pulls-host-secret", "verifier-env-pulls-host-secret", "forge-tests",
+            "server-left-running",
         ]
     )  # fmt: skip
 
@@ -266,3 +329,39 @@ def test_trials_cannot_reach_each_other(hostile_sweep):
 def test_the_containers_own_tar_is_never_trusted(hostile_sweep):
     assert agent_file(hostile_sweep, "replaced-tar", "solved.txt").strip() == "solved", "the logs were not copied out"
     assert hostile_sweep["rows"]["replaced-tar"]["status"] == "success"
+
+
+def test_the_model_key_is_in_nothing_the_sweep_wrote_or_told_prefect(hostile_sweep):
+    """The key reached the trial (as a model-backed agent's would) and was echoed into
+    reward.json, a file name, a folder name and stderr: results, archives, local trial
+    trees and the Prefect server's flow run, task runs, logs, artifacts and events lose it."""
+    rows = hostile_sweep["rows"]
+    assert rows["key-in-reward"]["err_category"] == "verifier_error" and "[REDACTED]" in rows["key-in-reward"]["err_message"]
+    written = every_byte_written(hostile_sweep)
+    assert b"[REDACTED]" in written, "the probes never wrote the key: nothing was tested"
+    assert MODEL_KEY.encode() not in written
+    assert not [p for p in hostile_sweep["tmp"].rglob("*") if MODEL_KEY in p.name], "a file name kept the key"
+    export = hostile_sweep["prefect_export"]
+    assert b"key-in-reward" in export and b"Sweep " in export, "the Prefect export is empty: nothing was tested"
+    assert MODEL_KEY.encode() not in export
+
+
+@pytest.mark.parametrize("task,section", [("task-env-pulls-host-secret", "solution.env"), ("verifier-env-pulls-host-secret", "verifier.env")])
+def test_a_task_cannot_pull_host_variables_it_was_not_given(hostile_sweep, task, section):
+    row = hostile_sweep["rows"][task]
+    assert (row["status"], row["err_category"]) == ("failure", "validation_error")
+    assert f"{CANARY_VARIABLE} (in [{section}] LEAKED)" in row["err_message"] and "task_env_passthrough" in row["err_message"]
+
+
+def test_the_tests_cannot_be_rewritten_or_read_before_verification(hostile_sweep):
+    """A process the agent left behind waits for /tests/test.sh and rewrites it to score 1."""
+    row = hostile_sweep["rows"]["forge-tests"]
+    assert (row["status"], row["reward"]) == ("success", 0.0), "the forged test.sh was run"
+    (attempts,) = hostile_sweep["trials"].rglob("forge-tests*/verifier/forge.txt")
+    assert attempts.read_text().startswith("seen\n"), "the forger was not running during verification"
+    assert "Read-only file system" in attempts.read_text()
+    assert agent_file(hostile_sweep, "forge-tests", "tests-before.txt") == "", "the tests were visible to the agent"
+
+
+def test_a_server_the_agent_left_running_is_checked_by_the_verifier(hostile_sweep):
+    assert hostile_sweep["rows"]["server-left-running"]["reward"] == 1.0

@@ -21,6 +21,7 @@ from harbor.trial.trial import Trial
 from pydantic import SecretStr
 
 from prefect_harbor.archive import archive_row
+from prefect_harbor.secrets import Redactor
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.model_server import RecordedRequest, ScriptedModelServer
 from prefect_harbor.native_agents import MINI_SWE_AGENT_VERSION, native_agent_config, prepare_native_agent
@@ -144,7 +145,7 @@ def test_the_api_key_reaches_neither_the_archive_nor_the_result(agent, request, 
     row = outcome(RowResult(row_index=0, row_id=f"{agent}-row", agent=agent, model=MODEL, status="failure"), trial.result)
     assert row.status == "success" and row.reward == 1.0
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fallback")
-    report = archive_row(row, trial.trial_dir, store, secrets=[trial.key])
+    report = archive_row(row, trial.trial_dir, store, Redactor.of([trial.key]))
     assert report.error is None and sorted(report.scrubbed_files) == sorted(trial.key_found_in)
     archive = tmp_path / "results" / "run" / "archives" / f"{agent}-row"
     archived = {str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file()}

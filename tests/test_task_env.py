@@ -1,0 +1,33 @@
+"""A task.toml may read only the host variables the backend lists (task_env_passthrough)."""
+
+import pytest
+
+from prefect_harbor.sources import RowRejected
+from prefect_harbor.task_env import refuse_unlisted_host_variables
+
+from tasks_factory import write_task
+
+SECTIONS = {
+    "[environment.env]": '[environment.env]\nTOKEN = "${AWS_SECRET_ACCESS_KEY}"\n',
+    "[solution.env]": '[solution.env]\nTOKEN = "${AWS_SECRET_ACCESS_KEY:-fallback}"\n',
+    "[verifier.env]": '[verifier.env]\nTOKEN = "${AWS_SECRET_ACCESS_KEY}"\n',
+    "[environment.mcp_servers.tools.headers]": (
+        '[[environment.mcp_servers]]\nname = "tools"\nurl = "http://mcp:8000/sse"\n'
+        '[environment.mcp_servers.headers]\nAuthorization = "Bearer ${AWS_SECRET_ACCESS_KEY}"\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_a_template_for_an_unlisted_variable_is_refused_naming_it(tmp_path, section):
+    task = write_task(tmp_path, "leaky")
+    (task / "task.toml").write_text((task / "task.toml").read_text() + SECTIONS[section])
+    with pytest.raises(RowRejected) as refused:
+        refuse_unlisted_host_variables(task, "leaky", allowed=[])
+    assert f"AWS_SECRET_ACCESS_KEY (in {section} " in str(refused.value) and "task_env_passthrough" in str(refused.value)
+
+
+def test_listed_variables_and_literals_pass(tmp_path):
+    task = write_task(tmp_path, "fine")
+    (task / "task.toml").write_text((task / "task.toml").read_text() + '[verifier.env]\nTOKEN = "${JUDGE_KEY}"\nMODE = "strict"\n')
+    refuse_unlisted_host_variables(task, "fine", allowed=["JUDGE_KEY"])
