@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -25,12 +24,13 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prefect_harbor.bundles import check_project
 from prefect_harbor.config import ConfigurationError, TaskMode, describe
 from prefect_harbor.results import SweepSummary
-from prefect_harbor.rows import DatasetError, DatasetRow, iter_rows, scan_dataset
+from prefect_harbor.rows import DatasetError, iter_rows, scan_dataset
 
 app = typer.Typer(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -234,50 +234,53 @@ def check(
     agent: Agent = "oracle",
     grader: Grader = None,
     backend_block: BackendBlock = None,
-    dataset: Annotated[str | None, typer.Option(help="Also list the tasks this dataset's rows select.")] = None,
-    code_dir: Annotated[Path | None, typer.Option(help="A rollout project to scan for removed Osmosis v0.2 APIs.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Check the tasks this dataset's rows select (default: every task of --tasks-dir).")] = None,
+    code_dir: Annotated[Path | None, typer.Option(help="A rollout project to scan for removed Osmosis v0.2 APIs (alone, or with a configuration).")] = None,
 ) -> None:
-    """Preflight: validate the configuration, list the tasks and their reward source, scan for v0.2 APIs."""
+    """Preflight: validate the configuration, check each task as the sweep would, scan for v0.2 APIs."""
     from prefect_harbor.migration import scan_for_removed_apis
 
-    backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None)
     console = Console()
-    console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent}")
     problems = 0
-    table = Table("task", "rows", "reward source", title="Tasks", title_justify="left")
-    for task, rows in tasks_to_run(backend, dataset).items():
-        task_dir = backend.tasks_dir if backend.task_mode == "template" else backend.tasks_dir / task
-        if (task_dir / "tests" / "test.sh").is_file():
-            source = "tests/test.sh"
-        elif backend.grader:
-            source = f"grader {backend.grader}"
-        elif not task_dir.is_dir():
-            source, problems = "[red]unknown task[/]", problems + 1
-        else:
-            source, problems = "[red]none[/]", problems + 1
-        table.add_row(task, "-" if rows is None else str(rows), source)
-    console.print(table)
-    scanned = code_dir or backend.code_dir
+    scanned = code_dir
+    if tasks_dir is not None or backend_block is not None:
+        backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None)
+        console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent}", soft_wrap=True)
+        problems += check_tasks_of(backend, dataset, console)
+        scanned = code_dir or backend.code_dir
+    elif code_dir is None:
+        raise fail("give --tasks-dir (with --mode/--agent) or --backend-block NAME to check a configuration, and/or --code-dir DIR to scan a rollout project")
     if scanned is not None:
+        if not Path(scanned).is_dir():
+            raise fail(f"--code-dir: {scanned} is not a directory; give the rollout project's folder")
         hits = scan_for_removed_apis(Path(scanned))
         for hit in hits:
             console.print(str(hit), highlight=False, soft_wrap=True)
-        console.print(f"{len(hits)} use(s) of removed v0.2 APIs under {scanned}")
+        console.print(f"{len(hits)} use(s) of removed v0.2 APIs under {scanned}", soft_wrap=True)
         problems += len(hits)
     raise typer.Exit(code=1 if problems else 0)
 
 
-def tasks_to_run(backend, dataset: str | None) -> dict[str, int | None]:
-    """Task name -> how many dataset rows select it (None when no dataset was given)."""
-    if backend.task_mode == "template":
-        return {backend.tasks_dir.name: None if dataset is None else scan_dataset(dataset).rows}
-    if dataset is None:
-        return {child.name: None for child in sorted(backend.tasks_dir.iterdir()) if (child / "task.toml").is_file()}
+def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
+    """Print each task's check (a table, then one line per problem or note); return the problems."""
+    from prefect_harbor.preflight import check_tasks, task_rows
+
     try:
-        counts = Counter(row.task_id or "(no harbor_task_id)" for row in iter_rows(dataset) if isinstance(row, DatasetRow))
+        groups = task_rows(backend, None if dataset is None else iter_rows(dataset))
     except DatasetError as error:
         raise fail(str(error)) from None
-    return dict(sorted(counts.items()))
+    reports = asyncio.run(check_tasks(backend, groups, counted=dataset is not None))
+    table = Table("task", "rows", "reward source", "check", title="Tasks", title_justify="left")
+    for report in reports:
+        verdict = "[red]refused[/]" if report.problem else "[yellow]note[/]" if report.note else "[green]ok[/]"
+        table.add_row(escape(report.task), "-" if report.rows is None else str(report.rows), report.reward_source or "-", verdict)
+    console.print(table)
+    for report in reports:
+        if report.problem:
+            console.print(f"[red]refused[/] {escape(report.task)}: {escape(report.problem)}", highlight=False, soft_wrap=True)
+        elif report.note:
+            console.print(f"[yellow]note[/] {escape(report.task)}: {escape(report.note)}", highlight=False, soft_wrap=True)
+    return sum(report.problem is not None for report in reports)
 
 
 def print_summary(summary: SweepSummary) -> None:

@@ -18,10 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from harbor.models.task.config import TaskConfig as HarborTaskConfig
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TimingInfo, TrialResult
 from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
+from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import DEFAULT_MODEL_NAME
@@ -73,14 +75,8 @@ def prepare_task(
     A task with its own ``tests/test.sh`` is scored by it, even when a grader is configured;
     otherwise the bundle's grader is staged as the verifier.
     """
-    source = task.path
-    for path in [source, *source.rglob("*")]:
-        if path.is_symlink():
-            raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
-    if backend.grader is None and not (source / "tests" / "test.sh").is_file():
-        raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
-    refuse_unlisted_host_variables(source, task.name, backend.task_env_passthrough)
-    shutil.copytree(source, destination)
+    validate_task(task, backend)
+    shutil.copytree(task.path, destination)
     if backend.task_mode == "template":
         instruction = destination / "instruction.md"
         if row.prompt:
@@ -93,6 +89,38 @@ def prepare_task(
     if not (destination / "tests" / "test.sh").is_file() and bundle is not None and bundle.bundle.grader_script:
         stage_grader(destination, bundle, container_input(row.id, prompt_of(row, backend), row.metadata, label_text(row.label), "", None))
     return destination
+
+
+def validate_task(task: ResolvedTask, backend: HarborBackend) -> str:
+    """Refuse a task before it is copied for a row; return its reward source.
+
+    Shared with ``prefect-harbor check``: a link could point out of the task, an unreadable
+    task.toml would only fail inside ``Trial.create``, and a task without a reward source
+    would only fail after its trial ran.
+    """
+    source = task.path
+    for path in [source, *source.rglob("*")]:
+        if path.is_symlink():
+            raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
+    if problem := _task_toml_problem(source / "task.toml"):
+        raise RowRejected(f"task {task.name!r}: its task.toml cannot be loaded ({problem}); fix it so Harbor can read the task")
+    refuse_unlisted_host_variables(source, task.name, backend.task_env_passthrough)
+    if (source / "tests" / "test.sh").is_file():
+        return "tests/test.sh"
+    if backend.grader is None:
+        raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
+    return f"grader {backend.grader}"
+
+
+def _task_toml_problem(path: Path) -> str | None:
+    """Why Harbor could not load this task.toml (as ``Trial.create`` does), or None."""
+    try:
+        HarborTaskConfig.model_validate_toml(path.read_text())
+    except ValidationError as error:
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+    except (OSError, ValueError) as error:  # tomllib's decode error is a ValueError
+        return str(error)
+    return None
 
 
 def prompt_of(row: DatasetRow, backend: HarborBackend) -> list:

@@ -164,13 +164,7 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        if (self.environment_dir / "docker-compose.yaml").exists():
-            raise ValueError(
-                f"{self.environment_dir / 'docker-compose.yaml'}: compose tasks are not supported by the "
-                "local container sandbox yet; run this task in Harbor's 'docker' environment."
-            )
-        if not (self.environment_dir / "Dockerfile").is_file():
-            require_agent_environment_definition(self.environment_dir, docker_image=self.task_env_config.docker_image)
+        check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
 
     @property
     def container_id(self) -> str | None:
@@ -446,16 +440,32 @@ def image_resolver(
     return ImageResolver(settings)
 
 
-async def prepare_task_image(task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> tuple[str, Path | None]:
+def check_environment_definition(environment_dir: Path, docker_image: str | None) -> None:
+    """Refuse what this sandbox cannot start: a compose file, or neither a Dockerfile nor a ``docker_image``."""
+    if (environment_dir / "docker-compose.yaml").exists():
+        raise ValueError(
+            f"{environment_dir / 'docker-compose.yaml'}: compose tasks are not supported by the "
+            "local container sandbox yet; run this task in Harbor's 'docker' environment."
+        )
+    if not (environment_dir / "Dockerfile").is_file():
+        require_agent_environment_definition(environment_dir, docker_image=docker_image)
+
+
+async def prepare_task_image(
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
+) -> tuple[str, Path | None]:
     """Build (or find) the image of the task in ``task_dir`` as its trials will: the prewarm step.
 
     Returns the image and the build log when this call built it (``None`` for a cached or
     prebuilt image). A failed build raises :class:`ImageBuildError` with the log's tail.
+    ``build=False`` (``prefect-harbor check``) stops before building: the environment
+    definition, the Dockerfile's FROM lines and its bases are checked, and nothing is pulled.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    resolver = image_resolver(**kwargs)  # a fresh one: its build count is this call's
+    check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build})  # fresh: its build count is this call's
     name = config.task.short_name if config.task else task_dir.name
-    image = await resolver.task_image(task_dir / "environment", name, config.environment, warn=logger)
+    image = await resolver.task_image(task_dir / "environment", name, config.environment, build=build, warn=logger)
     return image, (resolver.log_path(image) if resolver.builds else None)
 
 

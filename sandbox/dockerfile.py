@@ -53,7 +53,11 @@ def logical_lines(dockerfile: str) -> list[tuple[int, int, str]]:
 
 
 def parse_from_lines(dockerfile: str) -> list[FromLine]:
-    """The ``FROM`` lines, with global ``ARG`` defaults substituted as Docker does."""
+    """The ``FROM`` lines, with global ``ARG`` defaults substituted as Docker does.
+
+    Raises ValueError for a ``FROM`` it cannot read, or whose image is empty once the ``ARG``
+    defaults are in: pinning would skip it and the build would then ask a registry for it.
+    """
     global_args: dict[str, str] = {}
     found: list[FromLine] = []
     for start, end, line in logical_lines(dockerfile):
@@ -62,7 +66,11 @@ def parse_from_lines(dockerfile: str) -> list[FromLine]:
         elif match := _FROM.match(line):
             platform = next((a.split("=", 1)[1] for a in match["args"].split() if a.startswith("--platform=")), None)
             image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: global_args.get(m.group(1), ""), match["image"])
+            if not image:
+                raise ValueError(f"line {start + 1}: {line.strip()!r} names no image once its ARG defaults are substituted; give the ARG a default.")
             found.append(FromLine(start, end, image, match["stage"], platform))
+        elif line.split(maxsplit=1)[0].upper() == "FROM":
+            raise ValueError(f"line {start + 1}: cannot read {line.strip()!r}; write FROM [--platform=P] IMAGE [AS NAME].")
     return found
 
 

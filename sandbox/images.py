@@ -163,20 +163,28 @@ class ImageResolver:
     # ------------------------------------------------------------------ builds
 
     async def task_image(
-        self, environment_dir: Path, name: str, config: EnvironmentConfig, *, force_build: bool = False, warn: logging.Logger = logger
-    ) -> str:
-        """A task's image: its ``docker_image`` as Harbor decides to use it, else built from its Dockerfile."""
+        self, environment_dir: Path, name: str, config: EnvironmentConfig, *, force_build: bool = False, build: bool = True,
+        warn: logging.Logger = logger,
+    ) -> str:  # fmt: skip
+        """A task's image: its ``docker_image`` as Harbor decides to use it, else built from its Dockerfile.
+
+        ``build=False`` stops short of building (``prefect-harbor check``): the tag is returned
+        once the Dockerfile is read and its bases are resolved, whether or not the image exists.
+        """
         if should_use_prebuilt_docker_image(environment_dir, docker_image=config.docker_image, force_build=force_build):
             return await self.resolve(config.docker_image, warn=warn)
-        return await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, warn=warn)
+        return await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
 
     async def ensure_built(
-        self, environment_dir: Path, name: str, *, timeout_sec: float, warn: logging.Logger = logger
+        self, environment_dir: Path, name: str, *, timeout_sec: float, build: bool = True, warn: logging.Logger = logger
     ) -> str:
-        """The tag of the task's image, building it unless an identical one exists."""
+        """The tag of the task's image, building it (with ``build``) unless an identical one exists."""
         dockerfile = environment_dir / "Dockerfile"
         text = lower_heredocs(dockerfile.read_text())
-        froms = parse_from_lines(text)
+        try:
+            froms = parse_from_lines(text)
+        except ValueError as error:
+            raise ImageBuildError(f"{dockerfile}: {error}") from None
         if not froms:
             raise ImageBuildError(f"{dockerfile}: no FROM line.")
         bases = {image: await self.resolve(image, warn=warn) for image in external_bases(froms)}
@@ -192,7 +200,7 @@ class ImageResolver:
             digest.update(f"baked={pair['source']}>{pair['target']}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         # Named by content alone: tasks with identical environments share one image.
         tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
-        if self._known.get(tag) == tag:
+        if self._known.get(tag) == tag or not build:
             return tag
         if not await _exists(tag):
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):

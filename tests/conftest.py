@@ -98,48 +98,11 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `prefect server start` (API and UI) on a free port, with its own SQLite home.
+    """A real `prefect server start` (API and UI) on a free port, with its own SQLite home: its base URL."""
+    from deployment_helpers import prefect_server
 
-    Yields the base URL (``http://127.0.0.1:PORT``); the API is at ``<base>/api``.
-    """
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-    from pathlib import Path
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    home = tmp_path_factory.mktemp("prefect-ui-home")
-    base = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_UI_API_URL": f"{base}/api",
-        "PREFECT_API_URL": f"{base}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    prefect = str(Path(sys.executable).parent / "prefect")
-    log = open(home / "server.log", "wb")
-    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/health", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}") from None
-            time.sleep(0.5)
-    yield base
-    server.terminate()
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    with prefect_server(tmp_path_factory.mktemp("prefect-ui-home")) as base:
+        yield base
 
 
 @pytest.fixture(scope="session")

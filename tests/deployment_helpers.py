@@ -1,8 +1,11 @@
 """Helpers for tests that drive deployments on a real `prefect server`."""
 
 import os
+import signal
+import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,7 +13,68 @@ from pathlib import Path
 import httpx
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 
+
+@contextmanager
+def prefect_server(home: Path, env: dict | None = None) -> Iterator[str]:
+    """A real `prefect server start` (API and UI) on a free port, with its own SQLite home and ``env`` added.
+
+    Yields the base URL (``http://127.0.0.1:PORT``); the API is at ``<base>/api``.
+    """
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home.mkdir(parents=True, exist_ok=True)
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_UI_API_URL": f"{base}/api",
+        "PREFECT_API_URL": f"{base}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        **(env or {}),
+    }
+    log = open(home / "server.log", "wb")
+    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/health", timeout=2)  # open to all, with an auth string too
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}") from None
+            time.sleep(0.5)
+    try:
+        yield base
+    finally:
+        terminate(server, timeout=30)
+
+
+def terminate(process: subprocess.Popen, timeout: float, group: bool = False) -> None:
+    """SIGTERM, then SIGKILL (to its whole process group with ``group``) if it is still there after ``timeout``."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        process.wait(timeout=30)
+
+
+def basic_auth(env: dict) -> tuple[str, str] | None:
+    """httpx's ``auth`` for a server with ``PREFECT_SERVER_API_AUTH_STRING`` (Prefect sends the string as HTTP Basic)."""
+    auth_string = env.get("PREFECT_API_AUTH_STRING")
+    if not auth_string:
+        return None
+    user, _, password = auth_string.partition(":")
+    return user, password
 
 
 def api(method: str, url: str, **kwargs) -> httpx.Response:
@@ -22,14 +86,45 @@ def api(method: str, url: str, **kwargs) -> httpx.Response:
         time.sleep(delay)
     return httpx.request(method, url, timeout=30, **kwargs)
 
-def api_env(base: str, tmp_path: Path) -> dict:
-    return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path)}
 
 
-def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "evaluation-sweep") -> dict:
+def api_env(base: str, tmp_path: Path, **extra: str) -> dict:
+    return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path), **extra}
+
+
+def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
+    """Save an oracle, dataset-mode Harbor Backend block from a process of its own (as a user would)."""
+    code = f"from prefect_harbor.blocks import HarborBackend as B; B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
+    subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
+
+
+@contextmanager
+def process_worker(env: dict, log_dir: Path) -> Iterator[dict]:
+    """The prefect.yaml deployments on a process work pool, and a worker polling it: yields its environment.
+
+    The worker's log is ``log_dir/worker.log``. It takes the deployment names a serve process served.
+    """
+    env = {**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    prefect = str(BIN / "prefect")
+    subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
+    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=REPO, capture_output=True, text=True)
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    process = subprocess.Popen(
+        [prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=REPO, stdout=open(log_dir / "worker.log", "wb"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield env
+    finally:
+        # Prefect's graceful worker shutdown can outlast the test on a loaded server; what is
+        # under test already happened. Never leave a worker polling for the rest of the session.
+        terminate(process, timeout=20, group=True)
+
+
+def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "evaluation-sweep", auth: tuple[str, str] | None = None) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = httpx.get(f"{base}/api/deployments/name/{flow}/{name}")
+        response = httpx.get(f"{base}/api/deployments/name/{flow}/{name}", auth=auth)
         if response.status_code == 200:
             return response.json()
         time.sleep(0.5)
@@ -54,25 +149,25 @@ class SharedServe:
     scheduled runs, so no later worker picks up a backlog.
     """
 
-    def __init__(self, base: str, home: Path) -> None:
-        self.base, self.home = base, home
-        self.env = api_env(base, home)
+    def __init__(self, base: str, home: Path, env: dict | None = None, nightly: bool = True) -> None:
+        self.base, self.home, self.nightly = base, home, nightly
+        self.env = api_env(base, home, **(env or {}))
         self.nightly_results = str(home / "scheduled")
         self.process = None
 
     def ensure_running(self) -> None:
-        import subprocess
-
         from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
 
         if self.process is not None and self.process.poll() is None:
             return
         assert self.process is None, f"serve exited ({self.process.returncode}): {(self.home / 'serve.log').read_text()[-3000:]}"
-        subprocess.run(
-            [str(BIN / "python"), "-c", "from prefect_harbor.blocks import HarborBackend as B; "
-             f"B(tasks_dir={str(EXAMPLE_TASKS)!r}, task_mode='dataset', agent='oracle', n_concurrent=3).save('deploy-examples', overwrite=True)"],
-            env=self.env, check=True,
-        )  # fmt: skip
+        save_backend(self.env, "deploy-examples", EXAMPLE_TASKS, n_concurrent=3)
+        if not self.nightly:
+            self.process = subprocess.Popen(
+                [str(BIN / "prefect-harbor"), "serve"], env=self.env, stdout=open(self.home / "serve.log", "ab"), stderr=subprocess.STDOUT
+            )
+            wait_for_deployment(self.base, "sweep", auth=basic_auth(self.env))
+            return
         self.delete_nightly()  # so that its appearing below means this process has applied every deployment
         self.process = subprocess.Popen(
             [str(BIN / "prefect-harbor"), "serve", "--nightly-dataset", str(EXAMPLE_DATASET), "--nightly-backend-block", "deploy-examples",
@@ -125,4 +220,5 @@ class SharedServe:
         self.process = None
         # Its 5 s schedule leaves runs scheduled ahead: delete the deployment (and with it those
         # runs), or a later process worker would pick up the backlog.
-        self.delete_nightly()
+        if self.nightly:
+            self.delete_nightly()

@@ -3,7 +3,6 @@ no symlinks, bounded and streamed."""
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import pytest

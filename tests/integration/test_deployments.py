@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from deployment_helpers import BIN, api_env, wait_for_deployment
+from deployment_helpers import BIN, api_env, process_worker, save_backend, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -99,11 +98,6 @@ def test_the_scheduled_sweep_fires(ui_server, served, serve_process):
     assert list(Path(serve_process.nightly_results).glob(f"*-{runs[0]['id'][:8]}/results.parquet"))
 
 
-def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
-    code = f"from prefect_harbor.blocks import HarborBackend as B; B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
-    subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
-
-
 def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sandbox_deadline: float) -> tuple[float, float]:
     """Start the `sweep` deployment on two slow rows and three queued ones, cancel it with
     `prefect flow-run cancel` once both slow trials run; check every row ends `cancelled`.
@@ -155,25 +149,8 @@ def worker(ui_server, serve_process, tmp_path_factory):
     """
     serve_process.stop()
     tmp_path = tmp_path_factory.mktemp("worker")
-    env = {**api_env(ui_server, tmp_path), "PREFECT_WORKER_QUERY_SECONDS": "1"}
-    repo = Path(__file__).resolve().parents[2]
-    prefect = str(BIN / "prefect")
-    subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
-    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=repo, capture_output=True, text=True)
-    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
-    process = subprocess.Popen(
-        [prefect, "worker", "start", "--pool", "harbor-process"], env=env, cwd=repo, stdout=open(tmp_path / "worker.log", "wb"),
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    yield env
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        # Prefect's graceful worker shutdown can outlast the test on a loaded server; what is
-        # under test already happened. Never leave a worker polling for the rest of the session.
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+    with process_worker(api_env(ui_server, tmp_path), tmp_path) as env:
+        yield env
 
 
 def test_a_process_worker_runs_the_prefect_yaml_deployment(worker, tmp_path):

@@ -36,6 +36,13 @@ def test_from_lines_with_platform_stages_and_global_args():
     assert external_bases(froms) == ["python:3.13-slim"]
 
 
+@pytest.mark.parametrize(("text", "reason"), [("FROM\n", "cannot read 'FROM'"), ("ARG B\nFROM $B AS x\n", "names no image")])
+def test_a_from_line_it_cannot_pin_is_an_error_not_skipped(text, reason):
+    """Skipped, it would reach the build unpinned, and the build would ask a registry for it."""
+    with pytest.raises(ValueError, match=reason):
+        parse_from_lines(text)
+
+
 def test_pinning_rewrites_only_external_bases_and_keeps_the_rest():
     text = "FROM ubuntu:24.04 AS build\nRUN make\nFROM build\nCOPY --from=build /a /a\n"
     pinned = pin_bases(text, {"ubuntu:24.04": "prefect-harbor.local/library/debian:bookworm"}, ["RUN add-ca"])

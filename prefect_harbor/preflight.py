@@ -1,0 +1,91 @@
+"""``prefect-harbor check``: what a sweep would refuse, found per task before any trial.
+
+Every check is the sweep's own code, not a copy of it: rows resolve through
+:class:`~prefect_harbor.sources.TaskResolver` (the task-source policy, ids that leave
+``tasks_dir``, fetches), each task passes :func:`~prefect_harbor.trials.validate_task`
+(links, ``task.toml``, the reward source), and in the local sandbox
+:func:`~prefect_harbor.sandbox.prepare_task_image` runs up to, not including, the build
+(compose, no Dockerfile, a FROM it cannot read, a base image not in local storage).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
+from prefect_harbor.sources import RowRejected, TaskResolver
+from prefect_harbor.trials import validate_task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskReport:
+    """One task as the sweep would see it: ``problem`` fails its rows; ``note`` does not."""
+
+    task: str
+    rows: int | None
+    reward_source: str | None = None
+    problem: str | None = None
+    note: str | None = None
+
+
+def task_rows(backend: HarborBackend, rows: Iterable[DatasetRow | RowProblem] | None) -> dict[str, list[DatasetRow | RowProblem]]:
+    """Rows grouped by the task they name; without a dataset, one stand-in row per task of ``tasks_dir``."""
+    if rows is None:
+        if backend.task_mode == "template":
+            rows = [DatasetRow(id=backend.tasks_dir.name)]
+        else:
+            names = sorted(child.name for child in backend.tasks_dir.iterdir() if (child / "task.toml").is_file())
+            rows = [DatasetRow(id=name, metadata={"harbor_task_id": name}) for name in names]
+    groups: dict[str, list[DatasetRow | RowProblem]] = {}
+    for row in rows:
+        groups.setdefault(_named_task(row, backend), []).append(row)
+    return dict(sorted(groups.items()))
+
+
+def _named_task(row: DatasetRow | RowProblem, backend: HarborBackend) -> str:
+    if isinstance(row, RowProblem):
+        return "(unreadable rows)"
+    if ref := row.metadata.get("harbor_task"):
+        return str(ref)
+    if backend.task_mode == "template":
+        return backend.tasks_dir.name
+    return row.task_id or "(no harbor_task_id)"
+
+
+async def check_tasks(backend: HarborBackend, groups: dict[str, list[DatasetRow | RowProblem]], counted: bool) -> list[TaskReport]:
+    """One report per task; remote tasks are fetched (as the sweep would) into a folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="prefect-harbor-check-") as cache:
+        resolver = TaskResolver(backend, Path(cache), logger)
+        return [await _check(backend, resolver, name, rows, counted) for name, rows in groups.items()]
+
+
+async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows: list[DatasetRow | RowProblem], counted: bool) -> TaskReport:
+    report = TaskReport(task=name, rows=len(rows) if counted else None)
+    row = rows[0]
+    if isinstance(row, RowProblem):
+        report.problem = f"row {row.id}: {row.reason}"
+        return report
+    pull = backend.environment.kwargs.get("pull", True)
+    try:
+        task = await resolver.resolve(row)
+        report.reward_source = validate_task(task, backend)
+        if not backend.environment.is_local_sandbox:
+            report.note = f"environment {backend.environment.type or backend.environment.import_path}: its image is not checked here"
+            return report
+        await prepare_task_image(task.path, backend.environment.kwargs, logger, build=False)
+    except BaseImageNotFoundError as error:
+        if pull:
+            report.note = f"check pulls nothing, the sweep will try to: {error}"
+        else:
+            report.problem = str(error)
+    except (RowRejected, ImageBuildError, ValueError, OSError) as error:
+        report.problem = str(error)
+    return report

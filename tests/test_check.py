@@ -1,0 +1,105 @@
+"""`prefect-harbor check` refuses what the sweep would refuse, per task, on real task folders."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prefect_harbor.cli import app
+from tasks_factory import write_task
+
+
+def check(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["check", *args])
+    return result.exit_code, result.output
+
+
+def dataset_of(path: Path, *task_ids: str) -> str:
+    path.write_text("".join(json.dumps({"id": f"row-{n}", "metadata": {"harbor_task_id": t}}) + "\n" for n, t in enumerate(task_ids)))
+    return str(path)
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    """A dataset-mode folder holding one good task (the configuration needs a reward source)."""
+    write_task(tmp_path / "tasks", "good")
+    return tmp_path / "tasks"
+
+
+def test_check_passes_a_good_task(tasks):
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 0, output
+    assert "good" in output and "tests/test.sh" in output and "refused" not in output
+
+
+def test_check_refuses_an_id_that_escapes_tasks_dir(tasks, tmp_path):
+    write_task(tmp_path / "outside", "reward-txt")  # a real task, but not under tasks_dir
+    dataset = dataset_of(tmp_path / "rows.jsonl", "good", "../outside/reward-txt")
+    code, output = check("--tasks-dir", str(tasks), "--dataset", dataset)
+    assert code == 1, output
+    assert "refused ../outside/reward-txt: unknown harbor task id '../outside/reward-txt'" in output
+
+
+def test_check_refuses_an_unparsable_task_toml(tasks):
+    (write_task(tasks, "bad-toml") / "task.toml").write_text("[agent\ntimeout_sec = 120\n")
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 1, output
+    assert "refused bad-toml: task 'bad-toml': its task.toml cannot be loaded (Expected ']'" in output
+
+
+def test_check_refuses_a_compose_task(tasks):
+    """The local sandbox refuses compose tasks today (its trials would fail at start)."""
+    environment = write_task(tasks, "compose") / "environment"
+    (environment / "Dockerfile").unlink()
+    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 1, output
+    assert "refused compose:" in output and "compose tasks are not supported by the local container sandbox" in output
+
+
+def test_check_refuses_a_symlinked_task(tasks, tmp_path):
+    solve = write_task(tasks, "linked") / "solution" / "solve.sh"
+    solve.unlink()
+    solve.symlink_to("/etc/passwd")
+    (tasks / "elsewhere").symlink_to(write_task(tmp_path / "outside", "elsewhere"))  # a task folder that is a link out
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 1, output
+    assert "refused linked: task 'linked' contains a symlink (solution/solve.sh)" in output
+    assert "refused elsewhere: unknown harbor task id 'elsewhere'" in output
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "reason"),
+    [
+        ("FROM\nRUN true\n", "line 1: cannot read 'FROM'"),
+        ("ARG BASE\nFROM ${BASE}\n", "names no image once its ARG defaults are substituted"),
+        (None, "has no environment definition"),
+    ],
+    ids=["unreadable-from", "empty-from", "missing"],
+)
+def test_check_refuses_a_bad_dockerfile(tasks, dockerfile, reason):
+    path = write_task(tasks, "bad-image") / "environment" / "Dockerfile"
+    if dockerfile is None:
+        path.unlink()
+    else:
+        path.write_text(dockerfile)
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 1, output
+    assert "refused bad-image:" in output and reason in output
+
+
+def test_check_notes_a_base_image_not_in_local_storage(tasks):
+    """check pulls nothing: a base it cannot find locally is a note (the sweep will try a pull), not a refusal."""
+    (write_task(tasks, "remote-base") / "environment" / "Dockerfile").write_text("FROM registry.invalid/none:1\n")
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 0, output
+    assert "note remote-base: check pulls nothing" in output and "registry.invalid/none:1" in output
+
+
+def test_check_code_dir_alone_scans_for_v02_apis(tmp_path):
+    (tmp_path / "rollout.py").write_text("backend = HarborBackendV2(task_dir='t')\n")
+    code, output = check("--code-dir", str(tmp_path))
+    assert code == 1, output
+    assert f"{tmp_path / 'rollout.py'}:1:" in output and "2 use(s) of removed v0.2 APIs" in output
+    assert "configuration OK" not in output
