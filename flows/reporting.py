@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from uuid import UUID
+
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
 
 from prefect.artifacts import (
     acreate_link_artifact,
@@ -13,12 +17,39 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 
+from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.results import RunTally, SweepSummary
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
 RESULTS_LINK_KEY = "evaluation-sweep-results"
 PROGRESS_KEY = "evaluation-sweep-progress"
+ROWS_KEY = "evaluation-sweep-rows"
+
+
+def sweep_run_name() -> str:
+    """``<backend block or agent>-<dataset stem>-<UTC date>``: runs told apart in the UI's list."""
+    parameters = flow_run.parameters
+    backend = parameters.get("backend")
+    who = parameters.get("backend_block") or getattr(backend, "_block_document_name", None) or getattr(backend, "agent", None) or "sweep"
+    dataset = str(parameters.get("dataset") or "dataset").rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
+    return f"{who}-{dataset}-{datetime.now(UTC):%Y%m%d-%H%M}".replace(":", "-")
+
+
+def run_tags(config: HarborBackend, block_name: str | None) -> list[str]:
+    """The flow run's tags: its agent, model, task mode and backend block (filterable in the UI)."""
+    tags = [f"agent:{config.agent or 'workflow'}", f"mode:{config.task_mode}"]
+    if config.agent != "oracle":
+        tags.append(f"model:{(config.model_endpoint.model if config.model_endpoint else None) or config.model_name}")
+    if block_name:
+        tags.append(f"backend:{block_name}")
+    return tags
+
+
+async def tag_flow_run(flow_run_id: str, tags: list[str]) -> None:
+    async with get_client() as client:
+        run = await client.read_flow_run(UUID(flow_run_id))
+        await client.update_flow_run(run.id, tags=sorted({*run.tags, *tags}))
 
 
 class Progress:
@@ -92,8 +123,21 @@ async def publish(summary: SweepSummary, tally: RunTally) -> None:
         ],  # fmt: skip
         description=f"Sweep {summary.run_id}: rows per status and mean reward, overall and per task.",
     )
+    rows = sorted(tally.first_rows, key=lambda row: row["index"])
+    await acreate_table_artifact(
+        key=ROWS_KEY,
+        table=[{key: value for key, value in row.items() if key != "index"} for row in rows],
+        description=f"Row by row: the first {len(rows)} of {summary.rows} rows to finish; every row is in {summary.results_uri}",
+    )
     await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally), description="Failures and slowest rows")
-    await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
+    if summary.results_uri.startswith(("http://", "https://")):
+        await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
+    else:  # file:// and s3:// are not links a browser opens: say where the table is, to copy
+        where = "a local file on the machine that ran the sweep" if summary.results_uri.startswith("file://") else "in object storage"
+        path = summary.results_uri.removeprefix("file://")
+        await acreate_markdown_artifact(
+            key=RESULTS_LINK_KEY, markdown=f"The results table is {where}; copy its location:\n\n```\n{path}\n```\n", description="The results table"
+        )
 
 
 def _fmt(value: float | None) -> str:

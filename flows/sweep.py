@@ -14,9 +14,10 @@ from pathlib import Path
 from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Completed
 from prefect.task_runners import ThreadPoolTaskRunner
-from prefect.utilities.annotations import quote
+from prefect.futures import PrefectFuture
+from prefect.states import State
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
@@ -27,7 +28,7 @@ from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.prewarm import PrewarmResult
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
-from prefect_harbor.flows.reporting import Progress, publish
+from prefect_harbor.flows.reporting import Progress, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
 from prefect_harbor.native_agents import prepare_native_agent
@@ -35,7 +36,8 @@ from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
 from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, split_run_folder
-from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial, run_trials, trial_and_archive
+from prefect_harbor.tasks import Archiver, inspect_dataset, lane_task, run_trial, trial_and_archive
+from prefect_harbor.tasks.trial import log_outcome
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
 
@@ -54,7 +56,7 @@ def current_flow_run_id() -> str:
         return uuid.uuid4().hex
 
 
-@flow(name="evaluation-sweep", retries=0, validate_parameters=True)
+@flow(name="evaluation-sweep", flow_run_name=sweep_run_name, retries=0, validate_parameters=True)
 async def evaluation_sweep(
     dataset: str,
     backend: HarborBackend | None = None,
@@ -98,7 +100,14 @@ async def evaluation_sweep(
         )
     if rows_per_task_run is not None and rows_per_task_run < 1:
         raise ConfigurationError(f"rows_per_task_run: {rows_per_task_run} is not a row count; give 1 or more, or leave it empty for the default.")
+    block_name = backend_block or getattr(backend, "_block_document_name", None)
     config = await resolve_backend(backend, backend_block)
+    tags = run_tags(config, block_name)
+    logger.info(f"Backend {'block ' + repr(block_name) if block_name else '(inline)'}: " + ", ".join(tags))
+    try:
+        await tag_flow_run(current_flow_run_id(), tags)
+    except Exception as error:  # outside a server-backed run (or an old server): names only
+        logger.debug(f"Could not tag the flow run: {error}")
     if config.environment.is_local_sandbox:
         for reaped in await asyncio.to_thread(reap_orphans):
             logger.warning(f"Removed container {reaped}, left behind by a run whose process died.")
@@ -110,11 +119,11 @@ async def evaluation_sweep(
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     redactor = Redactor.of(run_secrets(config, storage))
     with redacting_logs(redactor):
-        return await _sweep(dataset, config, storage, redactor, bundle, mounts, results, resume, rerun_failed, prewarm, rows_per_task_run)
+        return await _sweep(dataset, config, block_name, storage, redactor, bundle, mounts, results, resume, rerun_failed, prewarm, rows_per_task_run)
 
 
 async def _sweep(
-    dataset: str, config: HarborBackend, storage: ResultsStorage | None, redactor: Redactor, bundle, mounts: tuple, results: str,
+    dataset: str, config: HarborBackend, block_name: str | None, storage: ResultsStorage | None, redactor: Redactor, bundle, mounts: tuple, results: str,
     resume: str | None, rerun_failed: str | None, prewarm: bool, rows_per_task_run: int | None,
 ) -> SweepSummary:  # fmt: skip
     """The sweep once its configuration is known: every log record it makes is redacted."""
@@ -135,7 +144,7 @@ async def _sweep(
     configuration = redactor.configuration(config.model_dump(mode="json"))
     manifest = RunManifest(
         run_id=run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
-        dataset=info.model_dump(), configuration=configuration, versions=package_versions(), rerun_of=rerun_failed,
+        dataset=info.model_dump(), configuration=configuration, backend_block=block_name, versions=package_versions(), rerun_of=rerun_failed,
     )  # fmt: skip
     kept: dict[int, RowResult] = {}
     if resume:
@@ -146,12 +155,13 @@ async def _sweep(
         prewarmed = await prewarm_all(config, run, info.task_ids)
         await asyncio.to_thread(archive_build_logs, store, prewarmed, redactor)
         run = dataclasses.replace(run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
-    batch_task, row_task = run_trials, run_trial
+    batch_options: dict = {}
+    row_task = run_trial
     if storage is not None and storage._block_document_id is not None:
         # Prefect's own task results persist to the same storage (a saved block is required).
         # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
         persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
-        batch_task = run_trials.with_options(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}.json")
+        batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}.json")
         row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}.json")
     resolver = TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger)
     progress = Progress(info.rows)
@@ -208,15 +218,12 @@ async def _sweep(
 
     async def record(result: RowResult) -> RowResult:
         result = redactor.model(result)  # rows that never reached the archiver (internal errors) too
-        if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others archived in their task run
+        if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others were archived (and logged) in their task run
             result = await asyncio.to_thread(archiver, result, logger)
+            log_outcome(result, logger)
         await asyncio.to_thread(store.write_row, result)
         tally.add(result)
         await progress.advance()
-        reward = "-" if result.reward is None else f"{result.reward:g}"
-        # Successes at DEBUG: one API log record per row costs the Prefect server more than the row's bookkeeping.
-        log = logger.debug if result.status == "success" else logger.info
-        log(f"Row {result.row_id} ({result.task}): {result.status}, reward {reward}" + (f" — {result.err_message}" if result.err_message else ""))
         return result
 
     distributed = not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner)
@@ -233,7 +240,8 @@ async def _sweep(
         # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
         future = row_task.submit(row, index, trial_name, config, resolver, run, archiver)
         try:
-            return await asyncio.to_thread(future.result)
+            (result,) = await rows_of(future)
+            return result
         except asyncio.CancelledError:
             future.wrapped_future.cancel()  # a queued row never starts; a running one ends with its worker task
             raise
@@ -285,6 +293,8 @@ async def _sweep(
             return index, row
         return None
 
+    batch_task = lane_task(admit, start_row, **batch_options)
+
     async def lane() -> None:
         """Run rows one after another until the dataset is done or the sweep stops."""
         while (item := admit()) is not None:
@@ -294,7 +304,8 @@ async def _sweep(
                 continue
             label = f"row {row.id}" if per_task_run == 1 else f"rows from {row.id}"
             try:
-                await batch_task(label, index, row, per_task_run, quote(admit), quote(start_row))
+                state = await batch_task(label, index, row, per_task_run, return_state=True)
+                await rows_of(state)  # raises what the task run raised, if it did not return its rows' state
             except Exception as error:  # Prefect could not run the task run (its API is away): the rows it held are not lost
                 logger.exception(f"The task run for {label} failed")
                 if tracker.statuses.get(row.id) == "queued":
@@ -333,15 +344,26 @@ async def _sweep(
     await publish(summary, tally)
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")
-    logger.info(f"Results: {results_uri}")
+    logger.info(summary.headline())
     if scope.requested.is_set():
-        return Cancelled(message=f"Sweep cancelled ({scope.reason}); finished rows kept in {results_uri}", data=summary)
-    return summary
+        return Cancelled(message=f"Sweep cancelled ({scope.reason}); {summary.headline()}", data=summary)
+    return Completed(message=summary.headline(), data=summary)
 
 
 #: The default batch: about this many task runs per lane, and never more than this many rows in one.
 TASK_RUNS_PER_LANE = 10
 MAX_ROWS_PER_TASK_RUN = 100
+
+
+async def rows_of(ran: State | PrefectFuture) -> list[RowResult]:
+    """The rows a trials task run returned in its (Completed, Failed or Cancelled) state, or what it raised."""
+    if isinstance(ran, PrefectFuture):
+        value = await asyncio.to_thread(ran.result, raise_on_failure=False)
+    else:
+        value = await ran.aresult(raise_on_failure=False)
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor: Redactor) -> None:

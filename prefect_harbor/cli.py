@@ -292,10 +292,10 @@ def print_summary(summary: SweepSummary) -> None:
     for task, score in summary.per_task.items():
         table.add_row(task, str(score.rows), "-" if score.mean_reward is None else f"{score.mean_reward:.3f}")
     console.print(table)
-    mean = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
+    mean = "no row was scored" if summary.mean_reward is None else f"mean reward {summary.mean_reward:.3f}"
     console.print(
         f"{summary.rows} rows: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
-        f"{summary.cancelled} cancelled; mean reward {mean}"
+        f"{summary.cancelled} cancelled; {mean}"
     )
     console.print(f"Results: {summary.results_uri}", soft_wrap=True)
 

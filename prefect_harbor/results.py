@@ -52,6 +52,10 @@ class RowResult(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
+    def __repr__(self) -> str:
+        """Short: Prefect prints a task run's result in its final-state log line."""
+        return f"RowResult(row_id={self.row_id!r}, status={self.status!r}, reward={self.reward!r})"
+
 
 #: The stable Parquet schema of the results table (documented in docs/results.md).
 RESULTS_SCHEMA = pa.schema(
@@ -117,6 +121,12 @@ class SweepSummary(BaseModel):
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
 
+    def headline(self) -> str:
+        """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
+        counts = f"{self.rows} rows: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
+        mean = "no row was scored" if self.mean_reward is None else f"mean reward {self.mean_reward:.3g}"
+        return f"{counts}; {mean} — results at {self.results_uri}"
+
 
 class _Mean:
     __slots__ = ("rows", "rewarded", "total")
@@ -143,7 +153,7 @@ class RunTally:
     each category (the report's examples) and the ``slowest`` longest rows.
     """
 
-    def __init__(self, failures_kept: int = 20, slowest: int = 5):
+    def __init__(self, failures_kept: int = 20, slowest: int = 5, rows_kept: int = 1000):
         self.statuses: Counter[str] = Counter()
         self.overall = _Mean()
         self.per_task: dict[str, _Mean] = defaultdict(_Mean)
@@ -152,6 +162,9 @@ class RunTally:
         self.failures: dict[str, list[RowResult]] = defaultdict(list)
         self._slowest_n = slowest
         self._slowest: list[tuple[float, int, RowResult]] = []
+        self.rows_kept = rows_kept
+        #: The first ``rows_kept`` rows to finish, as the per-row table artifact shows them.
+        self.first_rows: list[dict[str, Any]] = []
 
     @property
     def rows(self) -> int:
@@ -159,6 +172,11 @@ class RunTally:
 
     def add(self, result: RowResult) -> None:
         self.statuses[result.status] += 1
+        if len(self.first_rows) < self.rows_kept:
+            self.first_rows.append(
+                {"row": result.row_id, "task": result.task, "status": result.status, "reward": result.reward,
+                 "category": result.err_category, "message": (result.err_message or "")[:200] or None, "index": result.row_index}
+            )  # fmt: skip
         self.overall.add(result.reward)
         self.per_task[result.task or "(none)"].add(result.reward)
         if result.status == "failure":

@@ -57,6 +57,7 @@ class RunManifest(BaseModel):
     finished_at: datetime | None = None
     dataset: dict[str, Any]
     configuration: dict[str, Any] = Field(description="The backend configuration, secrets redacted.")
+    backend_block: str | None = Field(default=None, description="The Harbor Backend block the configuration came from, if any.")
     versions: dict[str, str]
     results_uri: str | None = None
     rows_written: int = 0

@@ -61,6 +61,12 @@ async def running_sweep_of(dataset: Path):
     return run
 
 
+async def running_sweep_of_id(client, dataset: Path):
+    """The id of the (finished or running) flow run that swept ``dataset``."""
+    (run,) = [r.id for r in await client.read_flow_runs() if r.parameters.get("dataset") == str(dataset)]
+    return run
+
+
 async def wait_for(predicate, timeout: float = 120, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -214,6 +220,10 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
     assert not any((tmp_path / "trials").glob("*/q0__*")), "a cancelled queued row reached a sandbox"
     final = json.loads((await asyncio.to_thread(cli, "status", run, "--json")).stdout)
     assert final["state"] == "Completed" and final["counts"] == {"cancelled": 5}
+    async with get_client() as client:
+        flow_run = await running_sweep_of_id(client, dataset)
+        task_runs = [r for r in await client.read_task_runs() if r.flow_run_id == flow_run and r.name.startswith("row")]
+    assert task_runs and {r.state.type.value for r in task_runs} == {"CANCELLED"}, [(r.name, r.state) for r in task_runs]
     assert marked_processes(marker) == []
 
 

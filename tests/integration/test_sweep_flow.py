@@ -11,6 +11,7 @@ from prefect.client.orchestration import get_client
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows.reporting import RESULTS_LINK_KEY, ROWS_KEY
 from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
@@ -59,6 +60,7 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
         "\n".join(
             [
                 json.dumps({"id": "good", "metadata": {"harbor_task_id": "reward-txt"}}),
+                json.dumps({"id": "zero", "metadata": {"harbor_task_id": "broken-solution"}}),
                 json.dumps({"id": "unknown-task", "metadata": {"harbor_task_id": "nope"}}),
                 json.dumps({"id": "escape", "metadata": {"harbor_task_id": "../../etc"}}),
                 json.dumps({"id": "no-task"}),
@@ -69,14 +71,33 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
     )
     summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"))
     rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
-    assert len(rows) == 5
-    assert rows["good"]["status"] == "success"
+    assert len(rows) == 6
+    assert rows["good"]["status"] == "success" and rows["zero"]["reward"] == 0.0
     assert "unknown harbor task id 'nope'" in rows["unknown-task"]["err_message"]
     assert "unknown harbor task id '../../etc'" in rows["escape"]["err_message"]
     assert "needs metadata.harbor_task_id" in rows["no-task"]["err_message"]
-    malformed = next(r for r in rows.values() if r["row_index"] == 4)
+    malformed = next(r for r in rows.values() if r["row_index"] == 5)
     assert malformed["status"] == "failure" and "not valid JSON" in malformed["err_message"]
     assert {r["err_category"] for r in rows.values() if r["status"] == "failure"} == {"validation_error"}
+
+    # What the Prefect UI shows: each row's task run in its outcome's state, the headline, the row table.
+    async with get_client() as client:
+        (flow_run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
+        states = {r.name: r.state for r in await client.read_task_runs() if r.flow_run_id == flow_run.id and r.name.startswith("row")}
+        artifacts = {a.key: a for a in await client.read_artifacts() if a.flow_run_id == flow_run.id}
+    assert (states["row good"].type.value, states["row good"].message) == ("COMPLETED", "reward 1")
+    assert (states["row zero"].type.value, states["row zero"].message) == ("COMPLETED", "reward 0")
+    assert states["row unknown-task"].type.value == "FAILED"
+    assert states["row unknown-task"].message.startswith("validation_error: unknown harbor task id 'nope'")
+    assert states["row unknown-task"].message.endswith("; archive " + rows["unknown-task"]["artifact_uri"])
+    assert flow_run.state.is_completed() and flow_run.state.message == summary.headline()
+    assert summary.headline().startswith("6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 — results at file://")
+    assert flow_run.name.startswith("oracle-rows-"), flow_run.name
+    assert {"agent:oracle", "mode:dataset"} <= set(flow_run.tags)
+    table = json.loads(artifacts[ROWS_KEY].data)
+    assert [row["row"] for row in table] == ["good", "zero", "unknown-task", "escape", "no-task", malformed["row_id"]]
+    assert table[2] | {"message": None} == {"row": "unknown-task", "task": "nope", "status": "failure", "reward": None, "category": "validation_error", "message": None}
+    assert "a local file on the machine that ran the sweep" in artifacts[RESULTS_LINK_KEY].data
 
 
 async def test_template_mode_runs_the_prompt_rows_against_one_task(tmp_path):
@@ -161,4 +182,6 @@ async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_pa
     # Two lanes pull rows until each task run holds two: 7 rows make 4 task runs (2 + 2 + 2 + 1), never one per row.
     assert sorted(r.name.split(" ")[0] for r in task_runs) == ["rows"] * math.ceil(len(EXPECTED_ORACLE_REWARDS) / 2), [r.name for r in task_runs]
     assert all(r.state.is_completed() for r in task_runs)
+    messages = {r.state.message.split(";")[0] for r in task_runs}
+    assert "2 rows: 2 success" in messages and messages <= {"2 rows: 2 success", "reward 1", "reward 0"}, messages  # the last holds one row
     assert progress and progress[0].data == 100.0
