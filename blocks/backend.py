@@ -38,8 +38,12 @@ class HarborBackend(Block):
 
     tasks_dir: Path = Field(description="Template mode: one Harbor task directory. Dataset mode: a folder of task directories.")
     task_mode: TaskMode = Field(
-        default="template",
-        description="'template': every row runs a copy of tasks_dir with the row's prompt as instruction.md. 'dataset': metadata.harbor_task_id picks a task under tasks_dir.",
+        default=None,
+        title="Task Mode",
+        description=(
+            "'template': every row runs a copy of tasks_dir with the row's prompt as instruction.md. 'dataset': metadata.harbor_task_id "
+            "picks a task under tasks_dir. Empty: template when tasks_dir is one task (it has task.toml), dataset when it is a folder of tasks."
+        ),
     )
     agent: str | None = Field(
         default=None,
@@ -94,6 +98,15 @@ class HarborBackend(Block):
     def _empty_endpoint_is_none(cls, value: Any) -> Any:
         # The Prefect UI submits an untouched optional nested block as {}.
         return None if isinstance(value, dict) and not any(v not in (None, "") for v in value.values()) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_from_tasks_dir(cls, data: Any) -> Any:
+        """One default everywhere (block, CLI, code): the mode tasks_dir's shape implies."""
+        if isinstance(data, dict) and data.get("task_mode") in (None, "") and data.get("tasks_dir"):
+            tasks_dir = Path(str(data["tasks_dir"])).expanduser()
+            data = {**data, "task_mode": "template" if (tasks_dir / "task.toml").is_file() else "dataset"}
+        return data
 
     @field_validator("tasks_dir")
     @classmethod

@@ -37,7 +37,10 @@ err = Console(stderr=True)
 
 # Options shared by `sweep` and `check` (one definition, one help text).
 TasksDir = Annotated[Path | None, typer.Option(help="A task directory (template) or a folder of tasks (dataset).")]
-Mode = Annotated[TaskMode, typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task.")]
+Mode = Annotated[
+    TaskMode | None,
+    typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task. Default: template for one task, dataset for a folder of tasks."),
+]
 Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")]
 Grader = Annotated[str | None, typer.Option(help="An Osmosis Grader 'module:Class' for tasks without tests/test.sh.")]
 BackendBlock = Annotated[str | None, typer.Option(help="Use a saved Harbor Backend block instead of the flags above.")]
@@ -101,7 +104,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode, agent: str, grader: str | None, **flags):
+def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMode | None, agent: str, grader: str | None, **flags):
     """The backend from a saved block, or from the flags; exits 2 with the reason."""
     from prefect_harbor.blocks import HarborBackend
 
@@ -164,7 +167,7 @@ def endpoint_from_flags(model_endpoint: str | None, model_base_url: str | None, 
 def sweep(
     dataset: Annotated[str, typer.Option(help="JSONL or Parquet rows: a path or an fsspec URL.")],
     tasks_dir: TasksDir = None,
-    mode: Mode = "dataset",
+    mode: Mode = None,
     agent: Agent = "oracle",
     grader: Grader = None,
     code_dir: CodeDir = None,
@@ -230,7 +233,7 @@ def sweep(
 @app.command()
 def check(
     tasks_dir: TasksDir = None,
-    mode: Mode = "dataset",
+    mode: Mode = None,
     agent: Agent = "oracle",
     grader: Grader = None,
     backend_block: BackendBlock = None,

@@ -1,5 +1,7 @@
 """The blocks: Prefect's standard block checks, and every configuration rule by name."""
 
+import inspect
+
 import pytest
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import ValidationError
@@ -57,7 +59,7 @@ def test_missing_tasks_dir(tmp_path):
 
 
 def test_template_mode_needs_a_task_and_dataset_mode_a_root():
-    assert "template mode needs one Harbor task" in error_text(tasks_dir=EXAMPLE_TASKS, agent="oracle")
+    assert "template mode needs one Harbor task" in error_text(tasks_dir=EXAMPLE_TASKS, task_mode="template", agent="oracle")
     assert "use task_mode 'template'" in error_text(tasks_dir=TEMPLATE, task_mode="dataset", agent="oracle")
 
 
@@ -145,3 +147,13 @@ def test_remote_environments_are_validated_by_harbor_type():
 def test_a_bundle_needs_the_local_sandbox():
     with pytest.raises(ValueError, match="environment: a workflow bundle is mounted from this host into the local container sandbox"):
         HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow", environment={"type": "modal"})
+
+
+def test_one_default_mode_everywhere_follows_the_shape_of_tasks_dir():
+    """The block, the CLI and code share one default: template for one task, dataset for a folder."""
+    from prefect_harbor.cli import sweep
+
+    assert HarborBackend(tasks_dir=EXAMPLE_TASKS, agent="oracle").task_mode == "dataset"
+    assert HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle").task_mode == "template"
+    assert HarborBackend.model_fields["task_mode"].default is None
+    assert inspect.signature(sweep).parameters["mode"].default is None
