@@ -25,6 +25,17 @@ from prefect_harbor.config import (
 )
 
 
+#: A native agent's name, or an import path ``module:Class`` (the UI checks it against this).
+AGENT_PATTERN = "^(" + "|".join(NATIVE_AGENTS) + r"|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$"
+
+
+def _constrain_string_branch(schema: dict, **rules: Any) -> None:
+    """Put ``rules`` on the non-null branch of an optional field's schema, where the UI's validation looks."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") != "null":
+            branch.update(rules)
+
+
 class HarborBackend(Block):
     """How a sweep runs each row: the task(s), the agent, how it is scored and where.
 
@@ -47,7 +58,10 @@ class HarborBackend(Block):
     )
     agent: str | None = Field(
         default=None,
+        title="Agent",
         description="A native Harbor agent (terminus-2, mini-swe-agent, oracle) or an AgentWorkflow import path 'module:Class'.",
+        # In the schema only, so the UI refuses a typo ("orcale") on save; Python gets the validator's message.
+        json_schema_extra=lambda schema: _constrain_string_branch(schema, pattern=AGENT_PATTERN),
     )
     native_agent_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
     model_name: str = Field(default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
@@ -68,6 +82,7 @@ class HarborBackend(Block):
     agent_setup_timeout_sec: float | None = Field(default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
     max_queue_depth: int | None = Field(
         default=None,
+        json_schema_extra=lambda schema: _constrain_string_branch(schema, minimum=1),
         description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits admitted; kept for compatibility.",
     )
     n_concurrent: int = Field(default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")

@@ -157,3 +157,16 @@ def test_one_default_mode_everywhere_follows_the_shape_of_tasks_dir():
     assert HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle").task_mode == "template"
     assert HarborBackend.model_fields["task_mode"].default is None
     assert inspect.signature(sweep).parameters["mode"].default is None
+
+
+@pytest.mark.parametrize(("field", "value"), [("agent", "orcale"), ("agent", "not a path"), ("max_queue_depth", 0)])
+def test_the_block_schema_carries_the_rules_a_form_can_check(field, value):
+    """Rules in the JSON schema, where any schema-driven form or API client checks them before a sweep."""
+    import jsonschema
+
+    schema = HarborBackend.model_json_schema()
+    good = {"tasks_dir": str(TEMPLATE), "agent": "oracle"}
+    jsonschema.validate(good, schema)
+    jsonschema.validate({**good, "agent": "my_pkg.agent:Workflow"}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**good, field: value}, schema)
