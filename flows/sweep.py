@@ -33,7 +33,7 @@ from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
 from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
-from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
+from prefect_harbor.storage import DamagedFile, RunManifest, RunStore, now, package_versions, redact, secret_values, split_run_folder
 from prefect_harbor.tasks import Archiver, inspect_dataset, run_trial, run_trials, trial_and_archive
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
 
@@ -361,11 +361,20 @@ RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_di
 
 
 def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult]]:
-    """Check that the run can be continued; keep its finished rows, drop the rest."""
+    """Check that the run can be continued; keep its finished rows, drop the rest.
+
+    A damaged manifest (cut short by a crash) cannot be compared with: the run carries on with
+    this run's manifest, saying so, rather than losing the rows its parts hold."""
     try:
-        previous = RunManifest.model_validate_json(store.read_bytes("manifest.json"))
+        previous = store.read_manifest()
     except FileNotFoundError:
         raise ConfigurationError(f"resume: {store.uri()} has no manifest.json; give the folder of an earlier run.") from None
+    except DamagedFile as error:
+        store.logger.warning(
+            f"resume: {error}. The dataset and the backend configuration could NOT be compared with that run's; "
+            "carrying on with this run's. If either changed, its kept rows do not belong to this run: start a new sweep instead."
+        )
+        previous = manifest
     if previous.state == "Completed":
         raise ConfigurationError(f"resume: {store.uri()} already completed; start a new sweep instead.")
     if previous.dataset.get("fingerprint") != fingerprint:
