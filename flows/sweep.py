@@ -20,13 +20,15 @@ from prefect.utilities.annotations import quote
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
-from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
+from prefect_harbor.control import (
+    CONTROL_FOLDER, HEARTBEAT_FILE, HEARTBEAT_SECONDS, STATUS_FILE, CancelRequest, Heartbeat, RowTracker, find_stale_runs,
+)  # fmt: skip
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.prewarm import PrewarmResult
-from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
+from prefect_harbor.flows.cancellation import CancelScope, mark_crashed, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish
 from prefect_harbor.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
@@ -114,6 +116,10 @@ async def evaluation_sweep(
         root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
     )  # fmt: skip
     await asyncio.to_thread(store.check_writable)
+    try:
+        await mark_crashed(await asyncio.to_thread(find_stale_runs, root, storage.storage_options() if storage else None), logger)
+    except Exception as error:  # tidying up after dead runs must never stop this one
+        logger.warning(f"Could not check {root} for runs whose process died: {type(error).__name__}: {error}")
     info = await asyncio.to_thread(inspect_dataset, dataset)
     reruns: dict[str, str] | None = None
     if rerun_failed:
@@ -130,6 +136,21 @@ async def evaluation_sweep(
     if resume:
         manifest, kept = await asyncio.to_thread(prepare_resume, store, manifest, info.fingerprint)
         logger.info(f"Resuming {store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run")
+
+    def beat() -> None:
+        store.write_now(HEARTBEAT_FILE, Heartbeat.now(manifest.flow_run_id).model_dump_json().encode())
+
+    async def keep_heartbeat() -> None:
+        """Say every few seconds that this run is alive: `status`, `cancel` and later sweeps tell a killed run by it."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                await asyncio.to_thread(beat)
+            except Exception as error:  # a missed beat is harmless: a run is taken for dead only after STALE_AFTER_SECONDS
+                logger.debug(f"Heartbeat not written: {error}")
+
+    await asyncio.to_thread(beat)  # before the manifest says Running
+    heartbeat = asyncio.create_task(keep_heartbeat())
     await asyncio.to_thread(store.write_manifest, manifest)
     if prewarm:
         prewarmed = await prewarm_all(config, run, info.task_ids)
@@ -306,6 +327,7 @@ async def evaluation_sweep(
                     tracker.set(row.id, "cancelled")
             control.cancel()
     except BaseException as error:
+        heartbeat.cancel()
         manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
         manifest.finished_at, manifest.rows_written = now(), tally.rows
         await asyncio.shield(asyncio.to_thread(store.write_manifest, manifest))
@@ -316,6 +338,7 @@ async def evaluation_sweep(
     manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, tally.rows
     await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot(manifest.state))
     await asyncio.to_thread(store.write_manifest, manifest)
+    heartbeat.cancel()
     summary = tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
     await progress.finish(tally.rows)
     await publish(summary, tally)

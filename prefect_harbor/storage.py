@@ -7,6 +7,7 @@ Layout under the results root (a local path or any fsspec URL)::
     <root>/<run_id>/parts/part-000042.parquet  one file per finished row, written at once
     <root>/<run_id>/results.parquet            all rows, compacted when the run ends
     <root>/<run_id>/archives/<row>/...         per-row logs, artifacts, diagnostics
+    <root>/<run_id>/status.json, heartbeat.json live row statuses, the sweep's last sign of life (control.py)
 
 Every write is whole or absent: a local file is written under a temporary name and
 renamed, an object is put in one request, so a crash never leaves a file cut short.
@@ -20,6 +21,7 @@ is named in a warning and its rows count as not finished.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import tempfile
 import threading
@@ -107,7 +109,7 @@ class RunStore:
         self.logger = logger or logging.getLogger(__name__)
         self.retry_delays = retry_delays
         self.unsent: list[str] = []
-        #: What reading found damaged, in words.
+        #: What reading found damaged, in words (``status`` prints it).
         self.damaged: list[str] = []
         self._down_since: float | None = None
         #: Every row this store wrote, appended to a local Arrow stream: ``finalize`` compacts the
@@ -164,6 +166,10 @@ class RunStore:
             self.unsent.append(relative)
             self.logger.error(f"Results storage unavailable ({error}); kept {relative} locally at {local}")
             return str(local)
+
+    def write_now(self, relative: str, content: bytes) -> None:
+        """One attempt, never kept locally: for files only worth having now (the heartbeat)."""
+        self._put(f"{self.run_path}/{relative}", content)
 
     def _put(self, path: str, content: bytes) -> None:
         """Write ``path`` whole or not at all: an object store puts it in one request; a local
@@ -240,6 +246,24 @@ class RunStore:
         """The store of an existing run folder, e.g. ``results/20261129T181500Z-1a2b3c4d``."""
         root, run_id = split_run_folder(run_url)
         return cls(root, run_id, fallback_dir=Path(tempfile.gettempdir()) / "prefect-harbor" / "unsent" / run_id, storage_options=storage_options)
+
+    @classmethod
+    def runs_under(cls, root: str, storage_options: dict[str, Any] | None = None) -> list[RunStore]:
+        """A store for each run folder under ``root``, all on one connection: for reads and ``write_now``."""
+        anchor = cls.open(f"{root.rstrip('/')}/_", storage_options)
+        root_path = anchor.run_path.rpartition("/")[0]
+        try:
+            entries = anchor.fs.ls(root_path, detail=True, refresh=True)
+        except FileNotFoundError:
+            return []
+        stores = []
+        for entry in entries:
+            if entry["type"] == "directory":
+                store = copy.copy(anchor)
+                store.run_id = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+                store.run_path, store.unsent, store.damaged = f"{root_path}/{store.run_id}", [], []
+                stores.append(store)
+        return stores
 
     def read_results(self) -> list[RowResult]:
         """Every row already recorded: from ``results.parquet``, else from the parts. A damaged

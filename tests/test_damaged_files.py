@@ -6,8 +6,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from prefect_harbor.control import STATUS_FILE, RowTracker
+from prefect_harbor.cli import app
+from prefect_harbor.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
 from prefect_harbor.flows.sweep import prepare_resume
 from prefect_harbor.results import RowResult
 from prefect_harbor.storage import RunManifest, RunStore
@@ -90,3 +92,24 @@ def test_a_cut_results_file_falls_back_to_the_parts(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert [r.row_id for r in store.read_results()] == ["r0", "r1", "r2"]
     assert "results.parquet is damaged" in caplog.text
+
+
+def test_status_reports_a_damaged_manifest_and_status_file_in_words(tmp_path):
+    store = store_with_three_rows(tmp_path)
+    run = tmp_path / "results" / "run1"
+    (run / "manifest.json").write_bytes(b"")
+    cut_short(run / STATUS_FILE)
+    cut_short(run / "parts" / "part-000002.parquet")
+    result = CliRunner().invoke(app, ["status", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    assert status["rows"] == {"r0": "success", "r1": "success"}, "rebuilt from the parts left whole"
+    problems = "\n".join(status["problems"])
+    assert "manifest.json is damaged" in problems and "status.json is damaged" in problems and "part-000002.parquet is damaged" in problems
+
+
+def test_status_of_a_live_run_is_not_stale(tmp_path):
+    store = store_with_three_rows(tmp_path)
+    store.write_now(HEARTBEAT_FILE, Heartbeat.now(None).model_dump_json().encode())
+    result = CliRunner().invoke(app, ["status", str(tmp_path / "results" / "run1"), "--json"])
+    assert json.loads(result.stdout)["stale"] is None
