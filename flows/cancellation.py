@@ -25,6 +25,7 @@ from uuid import UUID
 
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Crashed
 
@@ -110,8 +111,9 @@ async def mark_crashed(stale: list[StaleRun], logger: logging.Logger | logging.L
             try:
                 flow_run = await client.read_flow_run(UUID(run.manifest.flow_run_id or ""))
                 if flow_run.state is not None and flow_run.state.type in (StateType.RUNNING, StateType.PENDING):
-                    await client.set_flow_run_state(flow_run.id, Crashed(message=f"The sweep's process is gone: {run.reason}"))
-                    what = f"flow run {flow_run.name} ({flow_run.id}) and its manifest"
+                    result = await client.set_flow_run_state(flow_run.id, Crashed(message=f"The sweep's process is gone: {run.reason}"))
+                    if result.status == SetStateStatus.ACCEPT:
+                        what = f"flow run {flow_run.name} ({flow_run.id}) and its manifest"
             except (ValueError, ObjectNotFound):  # not a flow run id, or another Prefect server's
                 pass
             manifest = run.manifest.model_copy(update={"state": "Crashed"})
