@@ -6,6 +6,10 @@ grace period), while a run started as a plain process stays CANCELLING for ever.
 sweep watches for both itself: it polls its own flow run's state, and turns SIGTERM and
 SIGINT (Ctrl-C) into the same request. Whichever comes first, the flow stops admitting
 rows, cancels running trials through Harbor's own path and records what happened.
+
+A sweep killed outright (``kill -9``, a lost machine) records nothing; its flow run stays
+RUNNING. :func:`mark_crashed` (the next sweep's first step, and ``prefect-harbor cleanup``)
+marks such runs Crashed once their heartbeat has gone stale.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.responses import SetStateStatus
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Crashed
+
+from prefect_harbor.control import StaleRun
 
 POLL_SECONDS = 1.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -88,3 +98,26 @@ async def wait_or_cancel(pending: set[asyncio.Task[Any]], scope: CancelScope, ca
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             return
+
+
+async def mark_crashed(stale: list[StaleRun], logger: logging.Logger | logging.LoggerAdapter) -> list[str]:
+    """Mark each dead run Crashed: its flow run (only while still RUNNING or PENDING) and its manifest.
+
+    Returns the run folders marked, each logged with why and how to continue it."""
+    marked = []
+    async with get_client() as client:
+        for run in stale:
+            what = "its manifest"
+            try:
+                flow_run = await client.read_flow_run(UUID(run.manifest.flow_run_id or ""))
+                if flow_run.state is not None and flow_run.state.type in (StateType.RUNNING, StateType.PENDING):
+                    result = await client.set_flow_run_state(flow_run.id, Crashed(message=f"The sweep's process is gone: {run.reason}"))
+                    if result.status == SetStateStatus.ACCEPT:
+                        what = f"flow run {flow_run.name} ({flow_run.id}) and its manifest"
+            except (ValueError, ObjectNotFound):  # not a flow run id, or another Prefect server's
+                pass
+            manifest = run.manifest.model_copy(update={"state": "Crashed"})
+            await asyncio.to_thread(run.store.write_now, "manifest.json", manifest.model_dump_json(indent=2).encode())
+            logger.warning(f"Run {run.store.uri()} was still marked Running, but {run.reason}: marked {what} Crashed; continue it with --resume {run.store.uri()}")
+            marked.append(run.store.uri())
+    return marked

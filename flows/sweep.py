@@ -21,13 +21,15 @@ from prefect.states import State
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
-from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
+from prefect_harbor.control import (
+    CONTROL_FOLDER, HEARTBEAT_FILE, HEARTBEAT_SECONDS, STATUS_FILE, CancelRequest, Heartbeat, RowTracker, find_stale_runs,
+)  # fmt: skip
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.prewarm import PrewarmResult
-from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
+from prefect_harbor.flows.cancellation import CancelScope, mark_crashed, wait_or_cancel
 from prefect_harbor.flows.reporting import Progress, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows import DatasetRow, RowProblem, iter_rows, path_safe
@@ -35,7 +37,7 @@ from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
-from prefect_harbor.storage import RunManifest, RunStore, now, package_versions, split_run_folder
+from prefect_harbor.storage import DamagedFile, RunManifest, RunStore, now, package_versions, split_run_folder
 from prefect_harbor.tasks import Archiver, inspect_dataset, lane_task, run_trial, trial_and_archive
 from prefect_harbor.tasks.trial import log_outcome
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
@@ -134,6 +136,10 @@ async def _sweep(
         root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
     )  # fmt: skip
     await asyncio.to_thread(store.check_writable)
+    try:
+        await mark_crashed(await asyncio.to_thread(find_stale_runs, root, storage.storage_options() if storage else None), logger)
+    except Exception as error:  # tidying up after dead runs must never stop this one
+        logger.warning(f"Could not check {root} for runs whose process died: {type(error).__name__}: {error}")
     info = await asyncio.to_thread(inspect_dataset, dataset)
     reruns: dict[str, str] | None = None
     if rerun_failed:
@@ -150,6 +156,21 @@ async def _sweep(
     if resume:
         manifest, kept = await asyncio.to_thread(prepare_resume, store, manifest, info.fingerprint)
         logger.info(f"Resuming {store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run")
+
+    def beat() -> None:
+        store.write_now(HEARTBEAT_FILE, Heartbeat.now(manifest.flow_run_id).model_dump_json().encode())
+
+    async def keep_heartbeat() -> None:
+        """Say every few seconds that this run is alive: `status`, `cancel` and later sweeps tell a killed run by it."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                await asyncio.to_thread(beat)
+            except Exception as error:  # a missed beat is harmless: a run is taken for dead only after STALE_AFTER_SECONDS
+                logger.debug(f"Heartbeat not written: {error}")
+
+    await asyncio.to_thread(beat)  # before the manifest says Running
+    heartbeat = asyncio.create_task(keep_heartbeat())
     await asyncio.to_thread(store.write_manifest, manifest)
     if prewarm:
         prewarmed = await prewarm_all(config, run, info.task_ids)
@@ -329,6 +350,7 @@ async def _sweep(
                     tracker.set(row.id, "cancelled")
             control.cancel()
     except BaseException as error:
+        heartbeat.cancel()
         manifest.state = "Cancelled" if isinstance(error, asyncio.CancelledError) else "Failed"
         manifest.finished_at, manifest.rows_written = now(), tally.rows
         await asyncio.shield(asyncio.to_thread(store.write_manifest, manifest))
@@ -339,6 +361,7 @@ async def _sweep(
     manifest.finished_at, manifest.results_uri, manifest.rows_written = now(), results_uri, tally.rows
     await asyncio.to_thread(store.write_bytes, STATUS_FILE, tracker.snapshot(manifest.state))
     await asyncio.to_thread(store.write_manifest, manifest)
+    heartbeat.cancel()
     summary = tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
     await progress.finish(tally.rows)
     await publish(summary, tally)
@@ -403,11 +426,20 @@ RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_di
 
 
 def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult]]:
-    """Check that the run can be continued; keep its finished rows, drop the rest."""
+    """Check that the run can be continued; keep its finished rows, drop the rest.
+
+    A damaged manifest (cut short by a crash) cannot be compared with: the run carries on with
+    this run's manifest, saying so, rather than losing the rows its parts hold."""
     try:
-        previous = RunManifest.model_validate_json(store.read_bytes("manifest.json"))
+        previous = store.read_manifest()
     except FileNotFoundError:
         raise ConfigurationError(f"resume: {store.uri()} has no manifest.json; give the folder of an earlier run.") from None
+    except DamagedFile as error:
+        store.logger.warning(
+            f"resume: {error}. The dataset and the backend configuration could NOT be compared with that run's; "
+            "carrying on with this run's. If either changed, its kept rows do not belong to this run: start a new sweep instead."
+        )
+        previous = manifest
     if previous.state == "Completed":
         raise ConfigurationError(f"resume: {store.uri()} already completed; start a new sweep instead.")
     if previous.dataset.get("fingerprint") != fingerprint:

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -325,14 +326,31 @@ def images_bootstrap(
 
 
 @app.command()
-def cleanup() -> None:
-    """Remove trial containers left behind by sweeps whose process died."""
+def cleanup(
+    results: Annotated[str, typer.Option(help="Results root whose dead runs to mark Crashed: a local path or an fsspec URL.")] = "results",
+    storage_block: Annotated[str | None, typer.Option(help="The results root of a saved Results Storage block instead.")] = None,
+) -> None:
+    """Remove trial containers left behind by sweeps whose process died, and mark such runs Crashed."""
+    from prefect_harbor.control import find_stale_runs
     from prefect_harbor.sandbox.janitor import reap_orphans
 
     reaped = reap_orphans()
     for name in reaped:
         Console().print(f"removed {name}", highlight=False)
     Console().print(f"{len(reaped)} orphaned container(s) removed")
+    options = None
+    if storage_block is not None:
+        storage = load_storage(storage_block)
+        results, options = storage.url, storage.storage_options()
+    stale = find_stale_runs(results, options)
+    if stale:
+        _prefect_defaults()
+        from prefect_harbor.flows.cancellation import mark_crashed
+
+        logging.basicConfig(format="%(message)s", level=logging.INFO)
+        with temporary_server():
+            asyncio.run(mark_crashed(stale, logging.getLogger("prefect_harbor.cleanup")))
+    Console().print(f"{len(stale)} run(s) under {results} marked Crashed", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -358,16 +376,21 @@ RunFolder = Annotated[str, typer.Argument(help="The run's folder: <results root>
 StorageBlock = Annotated[str | None, typer.Option(help="Credentials for the run folder from a saved Results Storage block.")]
 
 
+def load_storage(storage_block: str):
+    _prefect_defaults()
+    from prefect_harbor.blocks import ResultsStorage
+
+    return ResultsStorage.load(storage_block)
+
+
 def open_run(run: str, storage_block: str | None):
     from prefect_harbor.storage import RunStore
 
-    options = None
-    if storage_block is not None:
-        _prefect_defaults()
-        from prefect_harbor.blocks import ResultsStorage
+    return RunStore.open(run, load_storage(storage_block).storage_options() if storage_block else None)
 
-        options = ResultsStorage.load(storage_block).storage_options()
-    return RunStore.open(run, options)
+
+def resume_hint(run: str) -> str:
+    return f"continue it with `prefect-harbor sweep <its options> --resume {run}`"
 
 
 @app.command()
@@ -380,19 +403,37 @@ def status(
     """Each row's status: queued, running, grading, success, failure, cancelled, or unknown."""
     import json
 
-    from prefect_harbor.control import STATUS_FILE, status_of
+    from prefect_harbor.control import STATUS_FILE, run_health, status_of
 
     store = open_run(run, storage_block)
+    health = run_health(store)
+    problems = list(health.problems)
     try:
         snapshot = json.loads(store.read_bytes(STATUS_FILE))
     except FileNotFoundError:
-        raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
+        if health.manifest is None and not health.stale:
+            raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
+        snapshot = None
+    except ValueError as error:
+        problems.append(f"{store.uri(STATUS_FILE)} is damaged ({error}): rows below are from the recorded results")
+        snapshot = None
+    if snapshot is None:  # rebuilt from what the parts (or results.parquet) hold
+        store.logger = logging.getLogger("prefect_harbor.status")
+        store.logger.disabled = True  # it says what is damaged below, once
+        recorded = {r.row_id: r.status for r in store.read_results()}
+        snapshot = {"state": "unknown", "counts": dict(Counter(recorded.values())), "rows": recorded}
+        problems += store.damaged
+    state = health.manifest.state if health.manifest is not None else snapshot["state"]
     rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
     if as_json:
-        typer.echo(json.dumps({"state": snapshot["state"], "counts": snapshot["counts"], "rows": rows}))
+        typer.echo(json.dumps({"state": state, "counts": snapshot["counts"], "rows": rows, "stale": health.stale, "problems": problems}))
         return
     console = Console()
-    console.print(f"run {run}: {snapshot['state']}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())))
+    console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())), highlight=False, soft_wrap=True)
+    if health.stale:
+        console.print(f"[yellow]stale:[/] {health.stale}: nothing runs it any more; {resume_hint(run)}", highlight=False, soft_wrap=True)
+    for problem in problems:
+        console.print(f"[yellow]damaged:[/] {problem}", highlight=False, soft_wrap=True)
     table = Table("row", "status")
     for row_id, row_status in rows.items():
         table.add_row(row_id, row_status)
@@ -413,11 +454,16 @@ def cancel(
     import json
     import time
 
-    from prefect_harbor.control import CancelRequest
+    from prefect_harbor.control import CancelRequest, run_health
 
     if not ids and not prefix and not all_rows:
         raise fail("name rows to cancel: ids, --prefix P, or --all")
     store = open_run(run, storage_block)
+    health = run_health(store)
+    if health.stale:
+        raise fail(f"{run} is stale ({health.stale}): nothing runs it, so there is nothing to cancel; {resume_hint(run)}")
+    if health.manifest is not None and health.manifest.state != "Running":
+        raise fail(f"{run} has ended ({health.manifest.state}): there is nothing to cancel")
     request = CancelRequest(ids=ids or [], prefixes=prefix or [], all=all_rows)
     store.write_bytes(request.path, request.model_dump_json().encode())
     deadline = time.monotonic() + timeout

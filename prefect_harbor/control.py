@@ -4,22 +4,37 @@ A running sweep writes ``<run>/status.json`` (every row's status in the Osmosis
 vocabulary) and reads cancellation requests that ``prefect-harbor cancel`` drops in
 ``<run>/control/``; it answers each with a ``.result.json`` of dispositions. The run's
 folder is the channel because every process that can see the results can see it too --
-on this machine or another, whatever launched the sweep.
+on this machine or another, whatever launched the sweep. The sweep also keeps
+``<run>/heartbeat.json`` fresh, so that a run whose process was killed is told from a live one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import uuid
 from collections import Counter
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
+
+from prefect_harbor.sandbox.janitor import owner_alive, owner_token
+from prefect_harbor.storage import DamagedFile, RunManifest, RunStore
 
 LiveStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
 STATUS_FILE = "status.json"
 CONTROL_FOLDER = "control"
+HEARTBEAT_FILE = "heartbeat.json"
+#: How often a running sweep rewrites its heartbeat: one small write, cheap next to a row's.
+HEARTBEAT_SECONDS = 5.0
+#: A run whose heartbeat is older than this is taken for dead. Twelve missed beats: a slow
+#: storage write (retries take ~3.5 s), a short outage or clocks a little apart between machines
+#: must not make a live run look dead (marking it Crashed is the worse mistake), while `status`
+#: still says so within a minute. On the run's own host a dead process is known at once (its pid).
+STALE_AFTER_SECONDS = 60.0
 
 
 class CancelRequest(BaseModel):
@@ -85,3 +100,69 @@ class RowTracker:
 
 def status_of(status_file: dict, row_id: str) -> LiveStatus:
     return status_file.get("rows", {}).get(row_id, "unknown")
+
+
+class Heartbeat(BaseModel):
+    """``<run>/heartbeat.json``: when the sweep last said it was alive, and which process it is."""
+
+    at: datetime
+    host: str
+    pid: int
+    owner: str = Field(description="pid and start time (janitor.owner_token): a reused pid is not the owner.")
+    flow_run_id: str | None = None
+
+    @classmethod
+    def now(cls, flow_run_id: str | None) -> Heartbeat:
+        return cls(at=datetime.now(UTC), host=socket.gethostname(), pid=os.getpid(), owner=owner_token(), flow_run_id=flow_run_id)
+
+    def stale(self) -> str | None:
+        """Why the run is taken for dead, in words; None while it may be alive."""
+        age = (datetime.now(UTC) - self.at).total_seconds()
+        since = f"no heartbeat since {self.at:%Y-%m-%d %H:%M:%S} UTC ({age:.0f} s ago)"
+        if self.host == socket.gethostname() and not owner_alive(self.owner):
+            return f"{since}; its process {self.pid} on {self.host} is gone"
+        if age > STALE_AFTER_SECONDS:
+            return f"{since} from process {self.pid} on {self.host}"
+        return None
+
+
+class RunHealth(NamedTuple):
+    manifest: RunManifest | None
+    stale: str | None  # why a run whose manifest says Running (or Crashed) is dead, in words
+    problems: list[str]  # damaged files, in words
+
+
+def run_health(store: RunStore) -> RunHealth:
+    """What the run folder says about the run beyond row statuses: its manifest, whether its
+    process is gone, and what is damaged."""
+    problems: list[str] = []
+    try:
+        manifest = store.read_manifest()
+    except FileNotFoundError:
+        manifest = None
+    except DamagedFile as error:
+        manifest = None
+        problems.append(f"{error}: the run's state and configuration are unknown")
+    try:
+        beat = Heartbeat.model_validate_json(store.read_bytes(HEARTBEAT_FILE))
+    except (FileNotFoundError, ValueError):  # a run of an older version, or one that never started
+        beat = None
+    state = manifest.state if manifest is not None else None  # None: unknown
+    stale = beat.stale() if beat is not None and state in ("Running", "Crashed", None) else None
+    return RunHealth(manifest, stale, problems)
+
+
+class StaleRun(NamedTuple):
+    store: RunStore
+    manifest: RunManifest
+    reason: str
+
+
+def find_stale_runs(root: str, storage_options: dict | None = None) -> list[StaleRun]:
+    """The runs under ``root`` whose manifest says Running but whose process is gone."""
+    found = []
+    for store in RunStore.runs_under(root, storage_options):
+        health = run_health(store)
+        if health.manifest is not None and health.manifest.state == "Running" and health.stale:
+            found.append(StaleRun(store, health.manifest, health.stale))
+    return found

@@ -7,19 +7,27 @@ Layout under the results root (a local path or any fsspec URL)::
     <root>/<run_id>/parts/part-000042.parquet  one file per finished row, written at once
     <root>/<run_id>/results.parquet            all rows, compacted when the run ends
     <root>/<run_id>/archives/<row>/...         per-row logs, artifacts, diagnostics
+    <root>/<run_id>/status.json, heartbeat.json live row statuses, the sweep's last sign of life (control.py)
 
+Every write is whole or absent: a local file is written under a temporary name and
+renamed, an object is put in one request, so a crash never leaves a file cut short.
 Every write is retried; if the storage stays down the file is kept under a local
 fallback folder instead, the run keeps going, and the manifest, the logs and the
 summary say exactly where those files are. At the end they are pushed once more.
+Reading survives files damaged anyway (by an older version, or by hand): a damaged part
+is named in a warning and its rows count as not finished.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -28,8 +36,9 @@ from typing import Any, TypeVar
 
 import fsspec
 import pyarrow as pa
+from fsspec.implementations.local import LocalFileSystem
 import pyarrow.parquet as pq
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.results import RESULTS_SCHEMA, RowResult, to_table
@@ -47,6 +56,10 @@ OUTAGE_BACKOFF_SEC = 30.0
 
 class StorageUnavailable(OSError):
     """The results storage refused a write even after retries."""
+
+
+class DamagedFile(ValueError):
+    """A file of the run folder cannot be parsed: most likely cut short by a crash."""
 
 
 class RunManifest(BaseModel):
@@ -98,6 +111,8 @@ class RunStore:
         self.logger = logger or logging.getLogger(__name__)
         self.retry_delays = retry_delays
         self.unsent: list[str] = []
+        #: What reading found damaged, in words (``status`` prints it).
+        self.damaged: list[str] = []
         self._down_since: float | None = None
         #: Every row this store wrote, appended to a local Arrow stream: ``finalize`` compacts the
         #: results table from it, so the flow need not keep its rows in memory.
@@ -162,19 +177,32 @@ class RunStore:
             self.logger.error(f"Results storage unavailable ({error}); kept {relative} locally at {local}")
             return str(local)
 
-    def _put_file(self, path: str, source: Path) -> None:
-        try:
-            self.fs.put_file(str(source), path)
-        except FileNotFoundError:  # a local filesystem without the parent folder yet
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.put_file(str(source), path)
+    def write_now(self, relative: str, content: bytes) -> None:
+        """One attempt, never kept locally: for files only worth having now (the heartbeat)."""
+        self._put(f"{self.run_path}/{relative}", content)
 
     def _put(self, path: str, content: bytes) -> None:
+        self._whole(path, lambda target: self.fs.pipe_file(target, content))
+
+    def _put_file(self, path: str, source: Path) -> None:
+        self._whole(path, lambda target: self.fs.put_file(str(source), target))
+
+    def _whole(self, path: str, write: Callable[[str], object]) -> None:
+        """Write ``path`` whole or not at all: an object store puts it in one request; a local
+        file is written under a hidden temporary name (which Parquet readers skip) and renamed."""
+        if not isinstance(self.fs, LocalFileSystem):
+            write(path)  # object stores need no folders: one request (s3fs streams big files in parts)
+            return
+        folder, _, name = path.rpartition("/")
+        temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        self.fs.makedirs(folder, exist_ok=True)
         try:
-            self.fs.pipe_file(path, content)  # object stores need no folders: one request
-        except FileNotFoundError:  # a local filesystem without the parent folder yet
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.pipe_file(path, content)
+            write(temporary)
+            self.fs.mv(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(temporary)
+            raise
 
     def _retry(self, operation: Callable[[], T], what: str, delays: tuple[float, ...] | None = None) -> T:
         for attempt, delay in enumerate((*(self.retry_delays if delays is None else delays), None), start=1):
@@ -235,14 +263,62 @@ class RunStore:
         root, run_id = split_run_folder(run_url)
         return cls(root, run_id, fallback_dir=Path(tempfile.gettempdir()) / "prefect-harbor" / "unsent" / run_id, storage_options=storage_options)
 
+    @classmethod
+    def runs_under(cls, root: str, storage_options: dict[str, Any] | None = None) -> list[RunStore]:
+        """A store for each run folder under ``root``, all on one connection: for reads and ``write_now``."""
+        anchor = cls.open(f"{root.rstrip('/')}/_", storage_options)
+        root_path = anchor.run_path.rpartition("/")[0]
+        try:
+            entries = anchor.fs.ls(root_path, detail=True, refresh=True)
+        except FileNotFoundError:
+            return []
+        stores = []
+        for entry in entries:
+            if entry["type"] == "directory":
+                store = copy.copy(anchor)
+                store.run_id = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+                store.run_path, store.unsent, store.damaged = f"{root_path}/{store.run_id}", [], []
+                stores.append(store)
+        return stores
+
     def read_results(self) -> list[RowResult]:
-        """Every row already recorded: from ``results.parquet``, else from the parts."""
-        for relative in ("results.parquet", "parts"):
-            path = f"{self.run_path}/{relative}"
-            if self.fs.exists(path):
-                records = pq.read_table(path, filesystem=self.fs).to_pylist()
-                return [RowResult.model_validate({**r, "rewards": dict(r["rewards"] or [])}) for r in records]
-        return []
+        """Every row already recorded: from ``results.parquet``, else from the parts. A damaged
+        file is named in a warning (and in ``damaged``); its rows count as not recorded."""
+        table = self._read_parquet("results.parquet") if self.fs.exists(f"{self.run_path}/results.parquet") else None
+        if table is None:
+            table = self._read_parts()
+        return [RowResult.model_validate({**r, "rewards": dict(r["rewards"] or [])}) for r in table.to_pylist()]
+
+    def _read_parts(self) -> pa.Table:
+        try:
+            return pq.read_table(f"{self.run_path}/parts", filesystem=self.fs)  # one read of them all, the usual case
+        except FileNotFoundError:
+            return RESULTS_SCHEMA.empty_table()
+        except (pa.ArrowException, OSError):
+            pass  # a part is damaged: read them one by one to keep the others
+        tables = [self._read_parquet(f"parts/{name}") for name in self.list_names("parts") if not name.startswith((".", "_"))]
+        return pa.concat_tables([t for t in tables if t is not None] or [RESULTS_SCHEMA.empty_table()], promote_options="default")
+
+    def _read_parquet(self, relative: str) -> pa.Table | None:
+        """The table in ``relative``, or None (with a warning) when it is damaged."""
+        try:
+            return pq.read_table(f"{self.run_path}/{relative}", filesystem=self.fs)
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowException, OSError) as error:
+            problem = f"{self.uri(relative)} is damaged ({type(error).__name__}: {error}), probably cut short by a crash"
+            self.damaged.append(problem)
+            self.logger.warning(f"{problem}: its rows are treated as not finished (a --resume runs them again)")
+            return None
+
+    def read_manifest(self) -> RunManifest:
+        """The run's manifest; ``DamagedFile`` when it cannot be parsed, ``FileNotFoundError`` when absent."""
+        content = self.read_bytes("manifest.json")
+        try:
+            return RunManifest.model_validate_json(content)
+        except ValidationError as error:
+            detail = error.errors()[0]["msg"]
+            raise DamagedFile(f"{self.uri('manifest.json')} is damaged ({len(content)} bytes: {detail}), probably cut short by a crash") from None
 
     def restart_from(self, kept: list[RowResult]) -> None:
         """Drop the recorded rows a resumed run will redo (and old control requests, already

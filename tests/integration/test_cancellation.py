@@ -259,3 +259,90 @@ async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
     assert len(list((tmp_path / "trials").glob("*/a__*"))) == 1
     manifest = json.loads((Path(folder) / "manifest.json").read_text())
     assert (manifest["state"], manifest["resumed"]) == ("Completed", 1)
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_status_says_stale_after_kill_9_and_the_next_sweep_marks_it_crashed(tmp_path):
+    from prefect.settings import get_current_settings
+
+    marker = f"kill9-{os.getpid()}"
+    dataset = slow_and_queued(tmp_path, marker)
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "prefect-harbor"), "sweep", "--tasks-dir", str(tmp_path / "tasks"), "--dataset", str(dataset),
+         "--results", str(results), "--concurrency", "2"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "cli.log", "wb"),
+        env={**os.environ, "TMPDIR": str(tmp_path), "PREFECT_API_URL": str(get_current_settings().api.url)},
+    )  # fmt: skip
+    await wait_for(lambda: len(marked_processes(marker)) == 2 or process.poll() is not None, timeout=180, what="both slow trials")
+    assert process.poll() is None, (tmp_path / "cli.log").read_text()[-3000:]
+    (run,) = [str(p.parent) for p in results.glob("*/manifest.json")]
+    await wait_for(lambda: '"running": 2' in (Path(run) / "status.json").read_text(), what="the status file")
+    process.kill()
+    process.wait()
+
+    status = await asyncio.to_thread(cli, "status", run)
+    assert status.returncode == 0, status.stderr
+    assert "Running; 3 queued, 2 running" in status.stdout
+    assert "stale: no heartbeat since" in status.stdout and f"its process {process.pid}" in status.stdout and "is gone" in status.stdout
+    assert f"--resume {run}" in status.stdout
+    asked = time.monotonic()
+    answer = await asyncio.to_thread(cli, "cancel", run, "--all")
+    assert time.monotonic() - asked < 10, "a stale run is answered at once, not after the 30 s wait"
+    assert answer.returncode == 2 and "is stale" in answer.stderr and f"--resume {run}" in answer.stderr
+
+    flow_run_id = json.loads((Path(run) / "manifest.json").read_text())["flow_run_id"]
+    async with get_client() as client:
+        assert (await client.read_flow_run(flow_run_id)).state.is_running(), "Prefect cannot know by itself"
+    write_task(tmp_path / "tasks", "next")
+    (tmp_path / "next.jsonl").write_text(json.dumps({"id": "n", "metadata": {"harbor_task_id": "next"}}) + "\n")
+    backend = HarborBackend(tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    await evaluation_sweep(dataset=str(tmp_path / "next.jsonl"), backend=backend, results=str(results))
+    async with get_client() as client:
+        assert (await client.read_flow_run(flow_run_id)).state.is_crashed()
+    assert json.loads((Path(run) / "manifest.json").read_text())["state"] == "Crashed"
+    await wait_for(lambda: not marked_processes(marker), timeout=30, what="the killed run's containers to go")
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_cleanup_marks_only_dead_runs_crashed(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from prefect import flow
+    from prefect.settings import get_current_settings
+    from prefect.states import Completed, Running
+
+    from prefect_harbor.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat
+    from prefect_harbor.storage import RunManifest, RunStore
+
+    @flow
+    def evaluation_sweep_stand_in() -> None: ...
+
+    results = tmp_path / "results"
+    flow_runs = {}
+    async with get_client() as client:
+        for name, state, beat_age, host in [
+            ("dead", Running(), STALE_AFTER_SECONDS + 30, "another-machine"),  # a lost machine: only the age tells
+            ("dead-but-finished-in-prefect", Completed(), STALE_AFTER_SECONDS + 30, "another-machine"),
+            ("alive", Running(), 0, None),  # this process, beating
+        ]:
+            flow_runs[name] = await client.create_flow_run(evaluation_sweep_stand_in, state=state)
+            store = RunStore(str(results), name, fallback_dir=tmp_path / "fb")
+            beat = Heartbeat.now(str(flow_runs[name].id))
+            beat = beat.model_copy(update={"at": beat.at - timedelta(seconds=beat_age), "host": host or beat.host})
+            store.write_now(HEARTBEAT_FILE, beat.model_dump_json().encode())
+            store.write_manifest(
+                RunManifest(run_id=name, flow_run_id=str(flow_runs[name].id), state="Running", started_at=datetime.now(UTC), dataset={}, configuration={}, versions={})
+            )
+    env = {**os.environ, "PREFECT_API_URL": str(get_current_settings().api.url)}
+    done = await asyncio.to_thread(
+        subprocess.run, [str(Path(sys.executable).parent / "prefect-harbor"), "cleanup", "--results", str(results)], capture_output=True, text=True, env=env, timeout=120
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 run(s) under" in done.stdout and "marked Crashed" in done.stdout
+    assert f"flow run {flow_runs['dead'].name}" in done.stderr, done.stderr
+    async with get_client() as client:
+        states = {name: (await client.read_flow_run(run.id)).state.type for name, run in flow_runs.items()}
+    assert states == {"dead": StateType.CRASHED, "dead-but-finished-in-prefect": StateType.COMPLETED, "alive": StateType.RUNNING}
+    manifests = {name: json.loads((results / name / "manifest.json").read_text())["state"] for name in flow_runs}
+    assert manifests == {"dead": "Crashed", "dead-but-finished-in-prefect": "Crashed", "alive": "Running"}

@@ -215,3 +215,33 @@ async def test_a_sweep_outlives_its_storage_and_says_where_the_rows_are(tmp_path
     assert pq.read_table(summary.results_uri).num_rows == 2
     manifest = json.loads((fallback / "manifest.json").read_text())
     assert manifest["local_fallback"] == str(fallback) and "results.parquet" in manifest["unsent_files"]
+
+
+def test_a_cut_part_on_s3_is_named_and_the_other_parts_read(moto_bucket, tmp_path):
+    url, options = moto_bucket
+    store = RunStore(url, "run1", fallback_dir=tmp_path / "fallback", storage_options=options)
+    for index in range(3):
+        store.write_row(row(index))
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    part = f"{url}/run1/parts/part-000001.parquet"
+    fs.pipe_file(part, fs.cat_file(part)[:100])  # what an older version's crash mid-write left
+    reader = RunStore(url, "run1", fallback_dir=tmp_path / "fallback2", storage_options=options)
+    assert [r.row_id for r in reader.read_results()] == ["r0", "r2"]
+    assert len(reader.damaged) == 1 and "part-000001.parquet is damaged" in reader.damaged[0]
+
+
+def test_stale_runs_are_found_on_s3(moto_bucket, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from prefect_harbor.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat, find_stale_runs
+    from prefect_harbor.storage import RunManifest
+
+    url, options = moto_bucket
+    for name, age in [("dead", STALE_AFTER_SECONDS + 5), ("alive", 0)]:
+        store = RunStore(f"{url}/evals", name, fallback_dir=tmp_path / name, storage_options=options)
+        beat = Heartbeat.now(None)
+        beat = beat.model_copy(update={"at": beat.at - timedelta(seconds=age), "host": "another-machine" if age else beat.host})
+        store.write_now(HEARTBEAT_FILE, beat.model_dump_json().encode())
+        store.write_manifest(RunManifest(run_id=name, state="Running", started_at=datetime.now(UTC), dataset={}, configuration={}, versions={}))
+    (stale,) = find_stale_runs(f"{url}/evals", options)
+    assert stale.store.run_id == "dead" and "from process" in stale.reason and "on another-machine" in stale.reason
