@@ -29,7 +29,7 @@ from prefect_harbor.config import (
 AGENT_PATTERN = "^(" + "|".join(NATIVE_AGENTS) + r"|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$"
 
 
-def _constrain_string_branch(schema: dict, **rules: Any) -> None:
+def _constrain_non_null(schema: dict, **rules: Any) -> None:
     """Put ``rules`` on the non-null branch of an optional field's schema, where the UI's validation looks."""
     for branch in schema.get("anyOf", [schema]):
         if branch.get("type") != "null":
@@ -47,7 +47,7 @@ class HarborBackend(Block):
     _block_type_name = "Harbor Backend"
     _description = "Backend configuration for Harbor evaluation sweeps: tasks, agent, grader, environment and capacity."
 
-    tasks_dir: Path = Field(description="Template mode: one Harbor task directory. Dataset mode: a folder of task directories.")
+    tasks_dir: Path = Field(title="Tasks Directory", description="Template mode: one Harbor task directory. Dataset mode: a folder of task directories.")
     task_mode: TaskMode = Field(
         default=None,
         title="Task Mode",
@@ -61,32 +61,34 @@ class HarborBackend(Block):
         title="Agent",
         description="A native Harbor agent (terminus-2, mini-swe-agent, oracle) or an AgentWorkflow import path 'module:Class'.",
         # In the schema only, so the UI refuses a typo ("orcale") on save; Python gets the validator's message.
-        json_schema_extra=lambda schema: _constrain_string_branch(schema, pattern=AGENT_PATTERN),
+        json_schema_extra=lambda schema: _constrain_non_null(schema, pattern=AGENT_PATTERN),
     )
-    native_agent_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
-    model_name: str = Field(default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
+    native_agent_kwargs: dict[str, Any] = Field(title="Native Agent Options", default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
+    model_name: str = Field(title="Model", default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
     model_endpoint: ModelEndpoint | None = Field(
         default=None, title="Model Endpoint", description="Where model-backed agents (terminus-2, mini-swe-agent, workflows) send requests; its key is never stored in results."
     )
-    grader: str | None = Field(default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
-    workflow_config: str | None = Field(default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
-    grader_config: str | None = Field(default=None, description="Import path 'module:attr' of the grader's config, re-imported in the sandbox.")
-    code_dir: Path | None = Field(default=None, description="The workflow's project (pyproject.toml plus one package); inferred from the workflow when omitted.")
-    bundle: Path | None = Field(default=None, description="A prebuilt bundle wheel to use instead of building code_dir.")
-    environment: TrialEnvironment = Field(default_factory=TrialEnvironment, description="The Harbor environment trials run in.")
-    trials_dir: str = Field(default_factory=default_trials_dir, description="Local folder for Harbor trial directories.")
-    cleanup_successful_trials: bool = Field(default=True, description="Delete a successful row's local trial directory after archiving.")
+    grader: str | None = Field(title="Grader", default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
+    workflow_config: str | None = Field(title="Workflow Config", default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
+    grader_config: str | None = Field(title="Grader Config", default=None, description="Import path 'module:attr' of the grader's config, re-imported in the sandbox.")
+    code_dir: Path | None = Field(title="Workflow Project Directory", default=None, description="The workflow's project (pyproject.toml plus one package); inferred from the workflow when omitted.")
+    bundle: Path | None = Field(title="Prebuilt Bundle Wheel", default=None, description="A prebuilt bundle wheel to use instead of building code_dir.")
+    environment: TrialEnvironment = Field(title="Trial Environment", default_factory=TrialEnvironment, description="The Harbor environment trials run in.")
+    trials_dir: str = Field(title="Trials Directory", default_factory=default_trials_dir, description="Local folder for Harbor trial directories; empty: prefect-harbor/trials under the system temporary folder (/tmp).")
+    cleanup_successful_trials: bool = Field(title="Delete Successful Trial Directories", default=True, description="Delete a successful row's local trial directory after archiving.")
     patch_dockerfile_with_sdk: bool | None = Field(
+        title="Preinstall the Bundle in Task Images",
         default=None, description="Preinstall the bundle's requirements once per task image (default: on whenever there is a bundle)."
     )
-    agent_setup_timeout_sec: float | None = Field(default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
+    agent_setup_timeout_sec: float | None = Field(title="Agent Setup Timeout (s)", default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
     max_queue_depth: int | None = Field(
+        title="Max Queue Depth",
         default=None,
-        json_schema_extra=lambda schema: _constrain_string_branch(schema, minimum=1),
+        json_schema_extra=lambda schema: _constrain_non_null(schema, minimum=1),
         description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits admitted; kept for compatibility.",
     )
-    n_concurrent: int = Field(default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
-    task_sources: TaskSourcePolicy = Field(default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
+    n_concurrent: int = Field(title="Trials at Once", default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
+    task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
     task_env_passthrough: list[str] = Field(
         default_factory=list,
         title="Host Variables Tasks May Read",

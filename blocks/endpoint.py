@@ -12,9 +12,9 @@ class ModelEndpoint(Block):
     _block_type_name = "Model Endpoint"
     _description = "An OpenAI-compatible model endpoint (base URL, API key, default model) for model-backed agents."
 
-    base_url: str = Field(description="The endpoint's base URL, e.g. 'http://127.0.0.1:8000/v1'.")
-    api_key: SecretStr | None = Field(default=None, description="The API key; stored as a secret and never written to results or archives.")
-    model: str | None = Field(default=None, description="The default model name, e.g. 'openai/gpt-4o-mini'; the backend's model_name when unset.")
+    base_url: str = Field(title="Base URL", description="The endpoint's base URL, e.g. 'http://127.0.0.1:8000/v1'.")
+    api_key: SecretStr | None = Field(title="API Key", default=None, description="The API key; stored as a secret and never written to results or archives.")
+    model: str | None = Field(title="Default Model", default=None, description="The default model name, e.g. 'openai/gpt-4o-mini'; the backend's model_name when unset.")
 
     @field_validator("base_url")
     @classmethod

@@ -31,12 +31,12 @@ class ResultsStorage(WritableFileSystem):
     _block_type_name = "Results Storage"
     _description = "A results root for evaluation sweeps: a local path or an fsspec URL (s3://...), with credentials kept secret."
 
-    url: str = Field(description="The results root, e.g. '/data/results' or 's3://bucket/evals'.")
-    endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint (MinIO, SeaweedFS, ...); empty for AWS.")
-    access_key_id: SecretStr | None = Field(default=None, description="S3 access key id; empty to use the environment's credentials.")
-    secret_access_key: SecretStr | None = Field(default=None, description="S3 secret access key; empty to use the environment's credentials.")
-    region: str | None = Field(default=None, description="S3 region, when the server needs one.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Extra fsspec storage options (non-secret).")
+    url: str = Field(title="Results Root URL", description="The results root, e.g. '/data/results' or 's3://bucket/evals'.")
+    endpoint_url: str | None = Field(title="S3 Endpoint URL", default=None, description="S3-compatible endpoint (MinIO, SeaweedFS, ...); empty for AWS.")
+    access_key_id: SecretStr | None = Field(title="S3 Access Key ID", default=None, description="S3 access key id; empty to use the environment's credentials.")
+    secret_access_key: SecretStr | None = Field(title="S3 Secret Access Key", default=None, description="S3 secret access key; empty to use the environment's credentials.")
+    region: str | None = Field(title="S3 Region", default=None, description="S3 region, when the server needs one.")
+    options: dict[str, Any] = Field(title="Extra fsspec Options", default_factory=dict, description="Extra fsspec storage options (non-secret).")
 
     def storage_options(self) -> dict[str, Any]:
         """The fsspec options for ``url``, secrets revealed (never log this)."""

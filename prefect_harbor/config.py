@@ -57,11 +57,12 @@ class TrialEnvironment(BaseModel):
 
     model_config = ConfigDict(title="Trial environment")
 
-    type: str | None = Field(default=None, description="A Harbor environment type (docker, daytona, modal, e2b, ...).")
+    type: str | None = Field(title="Environment Type", default=None, description="A Harbor environment type (docker, daytona, modal, e2b, ...).")
     import_path: str | None = Field(
+        title="Environment Import Path",
         default=SANDBOX_IMPORT_PATH, description="A 'module:Class' Harbor environment; the local container sandbox by default."
     )
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Options passed to the environment's constructor.")
+    kwargs: dict[str, Any] = Field(title="Environment Options", default_factory=dict, description="Options passed to the environment's constructor.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> TrialEnvironment:
@@ -90,9 +91,9 @@ class TaskSourcePolicy(BaseModel):
 
     model_config = ConfigDict(title="Task sources")
 
-    allowed_local_roots: list[str] = Field(default_factory=list, description="Extra local folders whose tasks rows may name (tasks_dir is always allowed).")
-    allowed_git_url_prefixes: list[str] = Field(default_factory=list, description="Git URLs rows may fetch tasks from, by prefix (e.g. 'https://github.com/acme/').")
-    allowed_registry_orgs: list[str] = Field(default_factory=list, description="Harbor registry organisations rows may name as 'org/name@ref'.")
+    allowed_local_roots: list[str] = Field(title="Allowed Local Folders", default_factory=list, description="Extra local folders whose tasks rows may name (tasks_dir is always allowed).")
+    allowed_git_url_prefixes: list[str] = Field(title="Allowed Git URL Prefixes", default_factory=list, description="Git URLs rows may fetch tasks from, by prefix (e.g. 'https://github.com/acme/').")
+    allowed_registry_orgs: list[str] = Field(title="Allowed Registry Organisations", default_factory=list, description="Harbor registry organisations rows may name as 'org/name@ref'.")
 
 
 def default_trials_dir() -> str:

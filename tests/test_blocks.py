@@ -7,7 +7,7 @@ from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import ValidationError
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint, ResultsStorage
-from prefect_harbor.config import LEGACY_KEYWORDS, TrialEnvironment
+from prefect_harbor.config import LEGACY_KEYWORDS, TaskSourcePolicy, TrialEnvironment
 from prefect_harbor.sandbox import IMPORT_PATH
 
 from paths import EXAMPLE_TASKS
@@ -170,3 +170,11 @@ def test_the_block_schema_carries_the_rules_a_form_can_check(field, value):
     jsonschema.validate({**good, "agent": "my_pkg.agent:Workflow"}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**good, field: value}, schema)
+
+
+@pytest.mark.parametrize("model", [HarborBackend, ModelEndpoint, ResultsStorage, TrialEnvironment, TaskSourcePolicy])
+def test_every_form_field_has_a_written_title_and_plain_help(model):
+    """The UI shows titles and descriptions as they are: none auto-generated ("N Concurrent"), no raw backticks."""
+    for name, field in model.model_fields.items():
+        assert field.title, f"{model.__name__}.{name} has no title"
+        assert field.description and "`" not in field.description, f"{model.__name__}.{name}'s description"

@@ -23,9 +23,9 @@ def registered(ui_server):
 @pytest.mark.parametrize(
     ("slug", "labels"),
     [
-        ("harbor-backend", ["Tasks Dir", "Task Mode", "Native Agent Kwargs", "Model Name", "Max Queue Depth", "N Concurrent", "Allowed Git Url Prefixes"]),
-        ("model-endpoint", ["Base Url", "Api Key", "Model"]),
-        ("results-storage", ["Url", "Endpoint Url", "Secret Access Key"]),
+        ("harbor-backend", ["Tasks Directory", "Task Mode", "Native Agent Options", "Model", "Max Queue Depth", "Trials at Once", "Allowed Git URL Prefixes"]),
+        ("model-endpoint", ["Base URL", "API Key", "Default Model"]),
+        ("results-storage", ["Results Root URL", "S3 Endpoint URL", "S3 Secret Access Key"]),
     ],
 )
 def test_each_block_has_a_usable_form(registered, browser, screenshots, slug, labels):
