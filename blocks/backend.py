@@ -9,6 +9,7 @@ from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
 from prefect_harbor.archive import MiB, ArchiveLimits
+from prefect_harbor import reward_key
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.bundles import BundleSpec, project_dir_for
 
@@ -89,6 +90,15 @@ class HarborBackend(Block):
     )
     n_concurrent: int = Field(title="Trials at Once", default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
     task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
+    reward_key: str = Field(
+        default=reward_key.DEFAULT,
+        title="Reward Key",
+        description=(
+            "Which verifier key is the row's reward: 'reward' (the only one Osmosis counts), another key, or mean(k1, k2) / min(k1, k2) "
+            "of named keys, for Harbor-native datasets that write several. Every key is kept in the rewards column."
+        ),
+        json_schema_extra={"pattern": reward_key.PATTERN},
+    )
     task_env_passthrough: list[str] = Field(
         default_factory=list,
         title="Host Variables Tasks May Read",
@@ -134,6 +144,12 @@ class HarborBackend(Block):
                 f"tasks_dir: {value} is not a directory; point it at a Harbor task (template mode) or a folder of tasks (dataset mode)."
             )
         return value.resolve()
+
+    @field_validator("reward_key")
+    @classmethod
+    def _reward_key_parses(cls, value: str) -> str:
+        reward_key.parse(value)
+        return value.strip()
 
     @field_validator("agent")
     @classmethod

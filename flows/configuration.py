@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from pydantic import ValidationError
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.blocks.storage import ResultsStorage
-from prefect_harbor.config import ConfigurationError, describe
+from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, describe
 
 
 async def load_block[B: (HarborBackend, ResultsStorage, ModelEndpoint)](block_type: type[B], name: str, field: str) -> B:
@@ -30,3 +35,34 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
         return await load_block(HarborBackend, backend_block, "backend_block")
     assert backend is not None
     return backend.revalidated()
+
+
+class ConfigurationErrorInOneLine(logging.Filter):
+    """A configuration error is the user's to fix, not a bug: its message names the field and
+    the fix, so Prefect's "Encountered exception" record keeps that line and drops the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], ConfigurationError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextmanager
+def harbor_logs_in_trial_logs_only() -> Iterator[None]:
+    """Keep Harbor's per-trial lines (DEBUG steps, per-row warnings) off the console and the
+    Prefect API log, whatever started the flow (CLI, serve, worker); trial.log keeps them."""
+    harbor = logging.getLogger("harbor.utils.logger")
+    before = harbor.propagate
+    harbor.propagate = bool(os.environ.get(VERBOSE_VARIABLE))
+    try:
+        yield
+    finally:
+        harbor.propagate = before
+
+
+def install_log_filters() -> None:
+    """Once per process (idempotent): Prefect's flow and task run loggers get the one-line rule."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ConfigurationErrorInOneLine) for f in logger.filters):
+            logger.addFilter(ConfigurationErrorInOneLine())

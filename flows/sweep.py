@@ -26,7 +26,7 @@ from prefect_harbor.control import (
 )  # fmt: skip
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
-from prefect_harbor.flows.configuration import load_block, resolve_backend
+from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, install_log_filters, load_block, resolve_backend
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.prewarm import PrewarmResult
 from prefect_harbor.flows.cancellation import CancelScope, mark_crashed, wait_or_cancel
@@ -44,6 +44,7 @@ from prefect_harbor.trials import RunContext, base_result, cancelled_result, tri
 
 
 CONTROL_POLL_SECONDS = 1.0
+install_log_filters()
 
 
 def new_run_id() -> str:
@@ -120,7 +121,7 @@ async def evaluation_sweep(
     bundle = await build_bundle_flow(backend=config) if config.has_bundle else None
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     redactor = Redactor.of(run_secrets(config, storage))
-    with redacting_logs(redactor):
+    with redacting_logs(redactor), harbor_logs_in_trial_logs_only():
         return await _sweep(dataset, config, block_name, storage, redactor, bundle, mounts, results, resume, rerun_failed, prewarm, rows_per_task_run)
 
 

@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from prefect_harbor.bundles import check_project
-from prefect_harbor.config import ConfigurationError, TaskMode, describe
+from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
 from prefect_harbor.results import SweepSummary
 from prefect_harbor.rows import DatasetError, iter_rows, scan_dataset
 
@@ -205,9 +205,8 @@ def sweep(
         raise fail(f"dataset {dataset} has no rows")
 
     _prefect_defaults()
-    if not verbose:
-        # Each trial's full harbor log is in its trial.log; keep the console to row outcomes.
-        logging.getLogger("harbor.utils.logger").propagate = False
+    if verbose:  # each trial's full harbor log is always in its trial.log; the flow keeps the console to row outcomes
+        os.environ[VERBOSE_VARIABLE] = "1"
     from prefect_harbor.flows import evaluation_sweep  # imports prefect: only once the input is known good
 
     with temporary_server():

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
 
 TaskMode = Literal["template", "dataset"]
+#: Set (by ``prefect-harbor sweep --verbose``, or by hand for serve and workers) to keep
+#: Harbor's own per-trial log lines on the console; they are always in each trial's trial.log.
+VERBOSE_VARIABLE = "PREFECT_HARBOR_VERBOSE"
 #: The native Harbor agents the Osmosis backend binds by name.
 NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
 #: Native agents that call a model, and so need a model endpoint.

@@ -25,6 +25,7 @@ from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 from pydantic import ValidationError
 
+from prefect_harbor import reward_key
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import DEFAULT_MODEL_NAME
 from prefect_harbor.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
@@ -243,7 +244,9 @@ async def run_row(
     finally:
         run.input_path(trial_name).unlink(missing_ok=True)
         forget_loggers(trial.logger.name)
-    row_result = outcome(base, result)
+    row_result = outcome(base, result, backend.reward_key)
+    if row_result.err_category == "verifier_error":
+        row_result.err_message = f"{row_result.err_message}{verifier_output_tail(run.trials_dir / trial_name)}"
     if backend.is_workflow:
         trial_dir = run.trials_dir / trial_name
         row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), _read_text(trial_dir / "verifier" / "test-stdout.txt"))
@@ -329,11 +332,12 @@ def _failed(base: RowResult, category: ErrorCategory, message: str, started: dat
     )
 
 
-def outcome(base: RowResult, result: TrialResult) -> RowResult:
+def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.DEFAULT) -> RowResult:
     """Map a TrialResult to a row result with the Osmosis backend's precedence.
 
     An exception raised before the verifier started stays the reported cause; then the
-    verifier's ``reward`` key decides; a trial with neither has no reward source.
+    verifier's reward key (``reward_spec``: ``reward`` by default) decides; a trial with
+    neither has no reward source.
     """
     error = result.exception_info
     rewards = dict((result.verifier_result.rewards or {}) if result.verifier_result else {})
@@ -352,7 +356,6 @@ def outcome(base: RowResult, result: TrialResult) -> RowResult:
     if agent_error is not None:
         return base.model_copy(update={**fields, "err_category": _category(agent_error.exception_type), "err_message": agent_error.exception_message})
     if result.verifier_result is not None:
-        reward = rewards.get("reward")
         # Harbor's model turns a JSON true into 1: the file as written is what counts.
         rewards = {**rewards, **_reward_file_as_written(result)}
         not_numbers = sorted(key for key, value in rewards.items() if not _is_number(value))
@@ -362,8 +365,10 @@ def outcome(base: RowResult, result: TrialResult) -> RowResult:
                 "Harbor rewards are numbers (a boolean is not one): write e.g. {\"reward\": 1.0}"
             )
             return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": message, "err_phase": "verifier"})
+        reward = reward_key.reward_of(rewards, reward_spec)
         if reward is None:
-            message = f"Sample has no reward after grading (the verifier wrote {sorted(rewards)}; only 'reward' counts)"
+            counts = "only 'reward' counts" if reward_spec == reward_key.DEFAULT else f"the reward is {reward_spec}"
+            message = f"Sample has no reward after grading (the verifier wrote {sorted(rewards)}; {counts})"
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
         if not isinstance(reward, int | float) or not math.isfinite(reward):
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": f"reward must be a finite number, got {reward!r}", "err_phase": "grading"})
@@ -415,6 +420,15 @@ def _reward_file_as_written(result: TrialResult) -> dict[str, object]:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def verifier_output_tail(trial_dir: Path, lines: int = 20, limit: int = 1500) -> str:
+    """The end of what the verifier printed (test-stdout.txt), to say why it wrote no usable reward."""
+    text = _read_text(trial_dir / "verifier" / "test-stdout.txt").rstrip()
+    if not text:
+        return "; the verifier printed nothing"
+    tail = "\n".join(text.splitlines()[-lines:])[-limit:]
+    return f"; the verifier's output ends:\n{tail}"
 
 
 def _verifier_message(error) -> str:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
+from pydantic import ValidationError
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.results import RowResult
@@ -230,3 +231,34 @@ def test_a_row_cancelled_before_it_started_keeps_its_task(backend, metadata, tas
     row = DatasetRow(id="q0", metadata=metadata)
     result = cancelled_result(base_result(row, 0, backend), None, None, started=False)
     assert (result.status, result.task, result.err_message) == ("cancelled", task, "cancelled before it started")
+
+
+@pytest.mark.parametrize(
+    ("spec", "reward"), [("reward", None), ("correctness", 1.0), ("mean(correctness, performance)", 0.75), ("min(correctness, performance)", 0.5)]
+)
+def test_the_reward_key_picks_a_key_or_an_aggregate_and_keeps_every_key(spec, reward):
+    result = outcome(BASE, trial_result({"correctness": 1, "performance": 0.5}), spec)
+    assert result.reward == reward and result.rewards == {"correctness": 1.0, "performance": 0.5}
+    if reward is None:
+        assert result.status == "failure" and "only 'reward' counts" in result.err_message
+
+
+def test_a_missing_key_of_the_reward_key_is_no_reward_naming_it():
+    result = outcome(BASE, trial_result({"correctness": 1}), "mean(correctness, performance)")
+    assert result.status == "failure" and "the reward is mean(correctness, performance)" in result.err_message
+
+
+@pytest.mark.parametrize("spec", ["mean()", "avg(a, b)", "a b", ""])
+def test_a_bad_reward_key_is_a_configuration_error_naming_the_field(spec):
+    with pytest.raises(ValidationError, match="reward_key: .* is not a key or mean"):
+        HarborBackend(tasks_dir=EXAMPLE_TASKS, agent="oracle", reward_key=spec)
+
+
+def test_a_verifier_error_ends_with_the_verifiers_output(tmp_path):
+    from prefect_harbor.trials import verifier_output_tail
+
+    (tmp_path / "verifier").mkdir()
+    assert verifier_output_tail(tmp_path) == "; the verifier printed nothing"
+    (tmp_path / "verifier" / "test-stdout.txt").write_text("".join(f"line {n}\n" for n in range(40)) + "ImportError: no module named pytest\n")
+    tail = verifier_output_tail(tmp_path)
+    assert tail.startswith("; the verifier's output ends:\n") and tail.endswith("ImportError: no module named pytest") and "line 20\n" not in tail

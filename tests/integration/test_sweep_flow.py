@@ -163,6 +163,16 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
     with pytest.raises(ConfigurationError, match="rows_per_task_run: 0 is not a row count; give 1 or more"):
         await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), rows_per_task_run=0)
     assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
+    # The flow run's log says it in one line, as the CLI does: no traceback for the user's mistake.
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    await APILogHandler.aflush()
+    async with get_client() as client:
+        (run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
+        logs = [log.message for log in await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+    assert any("rows_per_task_run: 0 is not a row count" in message for message in logs), logs
+    assert not any("Traceback" in message for message in logs), logs
 
 
 async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_path):
