@@ -146,7 +146,7 @@ def test_the_api_key_reaches_neither_the_archive_nor_the_result(agent, request, 
     assert row.status == "success" and row.reward == 1.0
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fallback")
     report = archive_row(row, trial.trial_dir, store, Redactor.of([trial.key]))
-    assert report.error is None and sorted(report.scrubbed_files) == sorted(trial.key_found_in)
+    assert report.error is None and sorted(report.tree.scrubbed) == sorted(trial.key_found_in)
     archive = tmp_path / "results" / "run" / "archives" / f"{agent}-row"
     archived = {str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file()}
     assert {"config.json", "result.json", "diagnostics.json", "trajectory.json"} <= archived
