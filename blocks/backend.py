@@ -22,6 +22,7 @@ from prefect_harbor.config import (
     TaskSourcePolicy,
     TrialEnvironment,
     default_trials_dir,
+    own_verifier,
     reject_legacy_keywords,
 )
 
@@ -200,7 +201,7 @@ class HarborBackend(Block):
         if self.task_mode == "template":
             if not is_task:
                 raise ConfigurationError(f"tasks_dir: {self.tasks_dir} has no task.toml; template mode needs one Harbor task directory.")
-            if self.grader is None and not (self.tasks_dir / "tests" / "test.sh").is_file():
+            if self.grader is None and own_verifier(self.tasks_dir) is None:
                 raise ConfigurationError(
                     f"tasks_dir: task {self.tasks_dir.name} has no reward source: add tests/test.sh to it, or configure a grader."
                 )
@@ -208,9 +209,10 @@ class HarborBackend(Block):
         if is_task:
             raise ConfigurationError(f"tasks_dir: {self.tasks_dir} is a single task; use task_mode 'template', or point tasks_dir at its parent folder.")
         tasks = [child for child in self.tasks_dir.iterdir() if (child / "task.toml").is_file()]
-        if not tasks:
-            raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml).")
-        if self.grader is None and not any((task / "tests" / "test.sh").is_file() for task in tasks):
+        terminal_bench = [child for child in self.tasks_dir.iterdir() if (child / "task.yaml").is_file()]
+        if not tasks and not terminal_bench:
+            raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml, or Terminal-Bench's task.yaml).")
+        if self.grader is None and not terminal_bench and not any(own_verifier(task) for task in tasks):
             raise ConfigurationError(f"tasks_dir: no task under {self.tasks_dir} has tests/test.sh and no grader is configured: there is no reward source.")
 
     @property

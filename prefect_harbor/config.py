@@ -101,3 +101,14 @@ class TaskSourcePolicy(BaseModel):
 
 def default_trials_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "prefect-harbor" / "trials")
+
+
+def own_verifier(task_dir: Path) -> str | None:
+    """The task's own reward source, as Harbor finds it: ``tests/test.sh``, or a multi-step
+    task's ``steps/<name>/tests/test.sh`` (Harbor 0.25 runs the steps and combines their
+    rewards by the task's ``multi_step_reward_strategy``); None when it has neither."""
+    if (task_dir / "tests" / "test.sh").is_file():
+        return "tests/test.sh"
+    steps = sorted(task_dir.glob("steps/*/tests/test.sh"))
+    return f"steps/*/tests/test.sh ({len(steps)} steps)" if steps else None
+

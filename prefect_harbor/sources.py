@@ -20,6 +20,7 @@ from harbor.models.task.id import GitTaskId, LocalTaskId, PackageTaskId
 from harbor.tasks.client import TaskClient
 
 from prefect_harbor.rows import DatasetRow
+from prefect_harbor.terminal_bench import as_harbor_task, is_terminal_bench_task
 
 if TYPE_CHECKING:
     from prefect_harbor.blocks.backend import HarborBackend
@@ -68,9 +69,14 @@ def parse_task_ref(ref: str, metadata: dict) -> tuple[TaskRef, tuple[str, ...]]:
 
 
 def task_dir_under(root: Path, task_id: str) -> Path | None:
-    """Dataset mode's task directory for ``task_id``: a directory strictly inside ``root``, else None."""
+    """Dataset mode's task directory for ``task_id``: a directory strictly inside ``root``, else None.
+
+    A Terminal-Bench task there (``task.yaml``) is given as its converted Harbor copy.
+    """
     path = (root / task_id).resolve()
-    return path if path.is_relative_to(root) and path != root and path.is_dir() else None
+    if not (path.is_relative_to(root) and path != root and path.is_dir()):
+        return None
+    return as_harbor_task(path) if is_terminal_bench_task(path) else path
 
 
 def declared_task(row: DatasetRow, backend: HarborBackend) -> str | None:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from prefect_harbor import reward_key
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.config import DEFAULT_MODEL_NAME
+from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
 from prefect_harbor.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
 from prefect_harbor.native_agents import native_agent_config
 from prefect_harbor.results import ErrorCategory, RowResult
@@ -87,7 +87,7 @@ def prepare_task(
             instruction.write_text(json.dumps(row.prompt, default=str))
         elif not instruction.is_file():
             raise RowRejected(f"task {task.name} has no instruction and no prompt")
-    if not (destination / "tests" / "test.sh").is_file() and bundle is not None and bundle.bundle.grader_script:
+    if own_verifier(destination) is None and bundle is not None and bundle.bundle.grader_script:
         stage_grader(destination, bundle, container_input(row.id, prompt_of(row, backend), row.metadata, label_text(row.label), "", None))
     return destination
 
@@ -106,8 +106,8 @@ def validate_task(task: ResolvedTask, backend: HarborBackend) -> str:
     if problem := _task_toml_problem(source / "task.toml"):
         raise RowRejected(f"task {task.name!r}: its task.toml cannot be loaded ({problem}); fix it so Harbor can read the task")
     refuse_unlisted_host_variables(source, task.name, backend.task_env_passthrough)
-    if (source / "tests" / "test.sh").is_file():
-        return "tests/test.sh"
+    if verifier := own_verifier(source):
+        return verifier
     if backend.grader is None:
         raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
     return f"grader {backend.grader}"

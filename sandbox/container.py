@@ -44,7 +44,8 @@ from harbor.environments.definition import require_agent_environment_definition
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import janitor, transfer
+from prefect_harbor.sandbox import compose, janitor, transfer
+from prefect_harbor.sandbox.compose import ServiceSettings
 from prefect_harbor.sandbox.engine import (
     DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
 )  # fmt: skip
@@ -164,7 +165,7 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
+        self._compose_service = check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
 
     @property
     def container_id(self) -> str | None:
@@ -176,14 +177,16 @@ class ContainerEnvironment(BaseEnvironment):
     async def prepare_image(self, force_build: bool = False) -> str:
         """Build (or find) this task's image without starting a container."""
         self.image = await self._images.task_image(
-            self.environment_dir, self.environment_name, self.task_env_config, force_build=force_build, warn=self.logger
+            self.environment_dir, self.environment_name, with_service_image(self.task_env_config, self._compose_service), force_build=force_build, warn=self.logger
         )
         return self.image
 
     @override
     async def start(self, force_build: bool) -> None:
         image = await self.prepare_image(force_build)
-        network = "none" if self._network_policy.network_mode == NetworkMode.NO_NETWORK else await asyncio.to_thread(ensure_network)
+        service = self._compose_service or ServiceSettings()
+        no_network = self._network_policy.network_mode == NetworkMode.NO_NETWORK or service.no_network
+        network = "none" if no_network else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         args = [
@@ -199,14 +202,15 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--cpus", str(cpus)]
         if memory_mb := self._effective_memory_mb or self._default_memory_mb:
             args += ["--memory", f"{memory_mb}m"]
-        if self.task_env_config.workdir:
-            args += ["--workdir", self.task_env_config.workdir]
+        if workdir := self.task_env_config.workdir or service.working_dir:
+            args += ["--workdir", workdir]
+        args += service.run_args()
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
         if self._protect_tests:
             self._tests_folder = self._tests_folder or _tests_folder()
             args += ["--volume", f"{self._tests_folder}:{TESTS_DIR}:ro"]
-        with _env_file({**proxy_variables(), **self._startup_env()}) as env_args:
+        with _env_file({**proxy_variables(), **service.environment, **self._startup_env()}) as env_args:
             try:
                 done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
             except (asyncio.CancelledError, TimeoutError):
@@ -217,6 +221,8 @@ class ContainerEnvironment(BaseEnvironment):
         if network != "none":
             await asyncio.to_thread(isolate_ports)
         await self._ensure_log_dirs(image)
+        if service.healthcheck:
+            await self._wait_healthy(service.healthcheck)
         await self._upload_environment_dir_after_start()
 
     async def _ensure_log_dirs(self, image: str) -> None:
@@ -240,6 +246,18 @@ class ContainerEnvironment(BaseEnvironment):
                 )
             await asyncio.sleep(0.1)
         raise RuntimeError(f"the container from {image} did not accept commands within 5 s: {result.stderr[-500:] if result.stderr else ''}")
+
+    async def _wait_healthy(self, check: str, timeout_sec: float = 120, interval_sec: float = 1) -> None:
+        """The compose service's healthcheck, run until it passes: a service the tests use must be up first."""
+        deadline = asyncio.get_running_loop().time() + timeout_sec
+        while True:
+            result = await self.exec(check, user="root", timeout_sec=30)
+            if result.return_code == 0:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                output = ((result.stdout or "") + (result.stderr or ""))[-1000:]
+                raise RuntimeError(f"the compose healthcheck ({check}) did not pass within {timeout_sec:g} s; last output:\n{output}")
+            await asyncio.sleep(interval_sec)
 
     @override
     async def stop(self, delete: bool) -> None:
@@ -440,15 +458,18 @@ def image_resolver(
     return ImageResolver(settings)
 
 
-def check_environment_definition(environment_dir: Path, docker_image: str | None) -> None:
-    """Refuse what this sandbox cannot start: a compose file, or neither a Dockerfile nor a ``docker_image``."""
-    if (environment_dir / "docker-compose.yaml").exists():
-        raise ValueError(
-            f"{environment_dir / 'docker-compose.yaml'}: compose tasks are not supported by the "
-            "local container sandbox yet; run this task in Harbor's 'docker' environment."
-        )
+def check_environment_definition(environment_dir: Path, docker_image: str | None) -> ServiceSettings | None:
+    """The single-service compose file's settings, if any; refuse what this sandbox cannot start
+    (compose keys it cannot honour, several services, neither a Dockerfile nor an image)."""
+    service = compose.main_service(environment_dir, str(TESTS_DIR))
     if not (environment_dir / "Dockerfile").is_file():
-        require_agent_environment_definition(environment_dir, docker_image=docker_image)
+        require_agent_environment_definition(environment_dir, docker_image=docker_image or (service.image if service else None))
+    return service
+
+
+def with_service_image(config: EnvironmentConfig, service: ServiceSettings | None) -> EnvironmentConfig:
+    """The task's environment config, its image the compose service's when it names one."""
+    return config.model_copy(update={"docker_image": service.image}) if service and service.image else config
 
 
 async def prepare_task_image(
@@ -462,10 +483,10 @@ async def prepare_task_image(
     definition, the Dockerfile's FROM lines and its bases are checked, and nothing is pulled.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    service = check_environment_definition(task_dir / "environment", config.environment.docker_image)
     resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build})  # fresh: its build count is this call's
     name = config.task.short_name if config.task else task_dir.name
-    image = await resolver.task_image(task_dir / "environment", name, config.environment, build=build, warn=logger)
+    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, service), build=build, warn=logger)
     return image, (resolver.log_path(image) if resolver.builds else None)
 
 

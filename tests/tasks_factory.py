@@ -38,3 +38,35 @@ def git_task_repo(repo: Path, task: Path, path_in_repo: str = "tasks/hello") -> 
     subprocess.run([*git, "commit", "-qm", "task"], check=True)
     commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
     return f"file://{repo}", commit
+
+
+def write_multi_step_task(root: Path, name: str, steps: dict[str, tuple[str, str]], strategy: str = "mean") -> Path:
+    """A Harbor 0.25 multi-step task: ``steps`` maps a step name to its (solve, test) bash lines."""
+    task = write_task(root, name)
+    shutil.rmtree(task / "solution")
+    shutil.rmtree(task / "tests")
+    toml = f'multi_step_reward_strategy = "{strategy}"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
+    for step, (solve, test) in steps.items():
+        toml += f'[[steps]]\nname = "{step}"\n'
+        for folder in ("solution", "tests"):
+            (task / "steps" / step / folder).mkdir(parents=True)
+        (task / "steps" / step / "instruction.md").write_text(f"Step {step} of {name}.\n")
+        (task / "steps" / step / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
+        (task / "steps" / step / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test}\n")
+    (task / "task.toml").write_text(toml)
+    return task
+
+
+def write_terminal_bench_task(root: Path, name: str, solve: str, check: str) -> Path:
+    """A task in Terminal-Bench's old format: task.yaml, docker-compose.yaml, solution.sh, run-tests.sh."""
+    task = root / name
+    task.mkdir(parents=True)
+    (task / "task.yaml").write_text(f"instruction: |\n  Task {name}.\nauthor_name: tests\ndifficulty: easy\nmax_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n")
+    (task / "Dockerfile").write_text(BASE_DOCKERFILE)
+    (task / "docker-compose.yaml").write_text(
+        "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n"
+        '    command: ["sh", "-c", "sleep infinity"]\n    environment:\n      - TEST_DIR=${T_BENCH_TEST_DIR}\n'
+    )
+    (task / "solution.sh").write_text(f"#!/bin/bash\n{solve}\n")
+    (task / "run-tests.sh").write_text(f"#!/bin/bash\n{check}\n")
+    return task

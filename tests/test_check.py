@@ -48,14 +48,19 @@ def test_check_refuses_an_unparsable_task_toml(tasks):
     assert "refused bad-toml: task 'bad-toml': its task.toml cannot be loaded (Expected ']'" in output
 
 
-def test_check_refuses_a_compose_task(tasks):
-    """The local sandbox refuses compose tasks today (its trials would fail at start)."""
-    environment = write_task(tasks, "compose") / "environment"
-    (environment / "Dockerfile").unlink()
-    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
+def test_check_refuses_a_compose_task_it_cannot_honour_naming_the_key(tasks):
+    """One service merges into the container; a second service, or a key one container cannot honour, is refused."""
+    write_task(tasks, "one-service")
+    (tasks / "one-service" / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n    working_dir: /srv\n")
+    environment = write_task(tasks, "two-services") / "environment"
+    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n  db:\n    image: postgres:16\n")
+    environment = write_task(tasks, "privileged") / "environment"
+    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n    privileged: true\n")
     code, output = check("--tasks-dir", str(tasks))
     assert code == 1, output
-    assert "refused compose:" in output and "compose tasks are not supported by the local container sandbox" in output
+    assert "refused two-services:" in output and "2 services (main, db)" in output
+    assert "refused privileged:" in output and "services.main.privileged cannot be honoured" in output
+    assert "refused one-service" not in output
 
 
 def test_check_refuses_a_symlinked_task(tasks, tmp_path):

@@ -195,3 +195,55 @@ async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_pa
     messages = {r.state.message.split(";")[0] for r in task_runs}
     assert "2 rows: 2 success" in messages and messages <= {"2 rows: 2 success", "reward 1", "reward 0"}, messages  # the last holds one row
     assert progress and progress[0].data == 100.0
+
+
+async def test_a_multi_step_task_runs_its_steps_and_combines_their_rewards(tmp_path):
+    """Harbor 0.25's steps/*/: each step's agent run and verifier in one container; the task's strategy (mean) makes the reward."""
+    from tasks_factory import write_multi_step_task
+
+    write_multi_step_task(tmp_path / "tasks", "two-steps", {
+        "create": ("echo one > /app/notes.txt", "grep -q one /app/notes.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
+        "extend": ("echo two >> /app/notes.txt", "[ $(wc -l < /app/notes.txt) = 2 ] && echo 0.5 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
+    })  # fmt: skip
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"id": "steps", "metadata": {"harbor_task_id": "two-steps"}}) + "\n")
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tasks_dir=tmp_path / "tasks"), results=str(tmp_path / "results"))
+    (row,) = pq.read_table(summary.results_uri).to_pylist()
+    assert (row["status"], row["reward"]) == ("success", 0.75), row["err_message"]
+
+
+async def test_a_folder_of_terminal_bench_tasks_runs_through_harbors_migration(tmp_path, caplog):
+    """task.yaml / solution.sh / run-tests.sh: converted once by Harbor's TerminalBenchMapper into a cache, then run."""
+    from tasks_factory import write_terminal_bench_task
+
+    write_terminal_bench_task(tmp_path / "tb", "make-file", solve="echo done > /app/done.txt", check="test -f /app/done.txt")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"id": "tb", "metadata": {"harbor_task_id": "make-file"}}) + "\n")
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tasks_dir=tmp_path / "tb"), results=str(tmp_path / "results"))
+    (row,) = pq.read_table(summary.results_uri).to_pylist()
+    assert (row["status"], row["reward"], row["task"]) == ("success", 1.0, "make-file"), row["err_message"]
+    assert "Converted Terminal-Bench task make-file (task.yaml)" in caplog.text
+    assert not (tmp_path / "tb" / "make-file" / "task.toml").exists(), "the user's folder was changed"
+
+
+async def test_a_single_service_compose_task_runs_with_its_settings(tmp_path):
+    """environment, working_dir, extra_hosts, entrypoint and healthcheck of the one service reach the trial's container."""
+    from tasks_factory import write_task
+
+    check = (
+        '[ "$MODE" = strict ] && [ "$(pwd)" = /srv ] && getent hosts db.internal | grep -q 10.1.2.3 && [ -f /tmp/entrypoint-ran ] '
+        "&& echo 1 > /logs/verifier/reward.txt || { env; pwd; cat /etc/hosts; echo 0 > /logs/verifier/reward.txt; }"
+    )
+    task = write_task(tmp_path / "tasks", "compose-main", test=check)
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}\n    image: ${MAIN_IMAGE_NAME}\n"
+        "    command: [sh, -c, sleep infinity]\n    environment: [MODE=strict]\n    working_dir: /srv\n"
+        '    extra_hosts: ["db.internal:10.1.2.3"]\n'
+        '    entrypoint: ["/bin/sh", "-c", "touch /tmp/entrypoint-ran; exec \\"$$@\\"", "--"]\n'
+        "    healthcheck:\n      test: [CMD-SHELL, test -f /tmp/entrypoint-ran]\n"
+    )
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"id": "compose", "metadata": {"harbor_task_id": "compose-main"}}) + "\n")
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tasks_dir=tmp_path / "tasks"), results=str(tmp_path / "results"))
+    (row,) = pq.read_table(summary.results_uri).to_pylist()
+    assert (row["status"], row["reward"]) == ("success", 1.0), row["err_message"]
