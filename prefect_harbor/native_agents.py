@@ -13,7 +13,7 @@ the rollout's model endpoint in its own way:
   environment (``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``, both: a stray host value
   must never outrank the rollout's endpoint; ``OPENAI_API_KEY``), with cost tracking
   errors ignored (a private model has no price). Harbor's own install downloads uv and
-  a Python build; here it is :class:`PreparedMiniSweAgent`, which uses a virtual
+  a Python build; here it is :class:`~prefect_harbor.prepared_mini_swe_agent.PreparedMiniSweAgent`, which uses a virtual
   environment prepared once on the host (:func:`prepare_native_agent`) and mounted
   read-only into every sandbox.
 * ``oracle`` runs the task's reference solution: no model, no endpoint.
@@ -31,16 +31,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import shlex
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, override
+from typing import Any
 
 import yaml
-from pydantic import Field
-from harbor.agents.installed.mini_swe_agent import MiniSweAgent, MiniSweAgentOptions
-from harbor.environments.base import BaseEnvironment
 from harbor.models.trial.config import AgentConfig
 
 from prefect_harbor.blocks.endpoint import ModelEndpoint
@@ -54,7 +50,9 @@ MINI_SWE_AGENT_VERSION = "2.4.6"
 #: What harbor's own install adds next to mini-swe-agent (``uv tool install --with ...``).
 MINI_SWE_AGENT_REQUIREMENTS = (f"mini-swe-agent=={MINI_SWE_AGENT_VERSION}", "litellm", "orjson", "fastapi")
 #: The import path of the offline mini-swe-agent (``AgentConfig.import_path``).
-PREPARED_MINI_SWE_AGENT = f"{__name__}:PreparedMiniSweAgent"
+#: In a module of its own: importing Harbor's mini-swe-agent loads litellm (about 4 s per process),
+#: which only a trial of that agent needs.
+PREPARED_MINI_SWE_AGENT = "prefect_harbor.prepared_mini_swe_agent:PreparedMiniSweAgent"
 #: Sent as the key when the endpoint has none: an explicit value keeps the agents from
 #: falling back to a host credential (``OPENAI_API_KEY``) and sending it to the endpoint.
 NO_API_KEY = "EMPTY"
@@ -214,46 +212,3 @@ def _prepared_env(agent: str, logger: logging.Logger | logging.LoggerAdapter | N
             _prepared[key] = env
         return env
 
-
-class PreparedMiniSweAgentOptions(MiniSweAgentOptions):
-    prepared_env: str | None = Field(default=None, description="The prepared mini-swe-agent environment (a host path mounted at the same path).")
-
-
-class PreparedMiniSweAgent(MiniSweAgent):
-    """Harbor's mini-swe-agent, run from a prepared environment mounted into the sandbox.
-
-    ``install()`` downloads nothing: it checks that the environment is visible and
-    works, and links its ``mini-swe-agent`` script into ``$HOME/.local/bin``, where
-    harbor's runner looks for it. Only that one script joins the agent's ``PATH``: the
-    environment's Python does not shadow the task's.
-    """
-
-    options_model = PreparedMiniSweAgentOptions
-    options: PreparedMiniSweAgentOptions
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not self.options.prepared_env:
-            raise ValueError("PreparedMiniSweAgent needs prepared_env=<venv path>: use prefect_harbor.native_agents.native_agent_config")
-        self._prepared_env = self.options.prepared_env
-
-    @override
-    def get_version_command(self) -> str | None:
-        python = shlex.quote(f"{self._prepared_env}/bin/python")
-        return f"{python} -c 'import importlib.metadata as m; print(m.version(\"mini-swe-agent\"))'"
-
-    @override
-    async def install(self, environment: BaseEnvironment) -> None:
-        venv = shlex.quote(self._prepared_env)
-        await self.exec_as_agent(
-            environment,
-            command=(
-                f"if [ ! -x {venv}/bin/mini-swe-agent ]; then "
-                f"echo {venv}: 'the prepared mini-swe-agent environment is not usable in this sandbox: mount it "
-                "(the mounts of prepare_native_agent(\"mini-swe-agent\") in the environment config) "
-                "and let the agent user read it' >&2; exit 1; fi; "
-                f"{venv}/bin/python -c 'import minisweagent' && "
-                'mkdir -p "$HOME/.local/bin" && '
-                f'ln -sfn {venv}/bin/mini-swe-agent "$HOME/.local/bin/mini-swe-agent"'
-            ),
-        )

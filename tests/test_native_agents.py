@@ -14,11 +14,11 @@ from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
 from prefect_harbor.native_agents import (
     NO_API_KEY,
     PREPARED_MINI_SWE_AGENT,
-    PreparedMiniSweAgent,
     litellm_model_name,
     native_agent_config,
     prepare_native_agent,
 )
+from prefect_harbor.prepared_mini_swe_agent import PreparedMiniSweAgent
 from prefect_harbor.pyenvs import PreparedEnv
 from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
 
