@@ -37,7 +37,7 @@ from prefect_harbor.native_agents import prepare_native_agent
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sources import TaskResolver
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
-from prefect_harbor.storage import DamagedFile, RunManifest, RunStore, now, package_versions, split_run_folder
+from prefect_harbor.storage import DamagedFile, RunManifest, RunStore, now, package_versions, run_folder_of_flow_run, split_run_folder
 from prefect_harbor.tasks import Archiver, inspect_dataset, lane_task, run_trial, trial_and_archive
 from prefect_harbor.tasks.trial import log_outcome
 from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
@@ -131,6 +131,12 @@ async def _sweep(
 ) -> SweepSummary:  # fmt: skip
     """The sweep once its configuration is known: every log record it makes is redacted."""
     logger = get_run_logger()
+    if resume is None and rerun_failed is None and get_run_context().flow_run.run_count > 1:
+        # Prefect's Retry runs the same flow run again: it continues its own run folder.
+        options = storage.storage_options() if storage else None
+        resume = await asyncio.to_thread(run_folder_of_flow_run, storage.url if storage else results, current_flow_run_id(), options)
+        if resume:
+            logger.info(f"This is a retry of flow run {current_flow_run_id()}: resuming its own run folder {resume}")
     root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
     store = RunStore(

@@ -369,6 +369,20 @@ class RunStore:
         return location
 
 
+def run_folder_of_flow_run(root: str, flow_run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """The run folder under ``root`` that flow run ``flow_run_id`` wrote (its run id ends with the
+    id's first 8 characters; its manifest names it), or None: how a Retry finds its own run."""
+    fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    for folder in sorted(fs.glob(f"{path.rstrip('/')}/*-{flow_run_id[:8]}")):
+        try:
+            manifest = RunManifest.model_validate_json(fs.cat_file(f"{folder}/manifest.json"))
+        except (OSError, ValueError):
+            continue
+        if manifest.flow_run_id == flow_run_id:
+            return fs.unstrip_protocol(folder) if "://" in root else folder
+    return None
+
+
 def split_run_folder(run_folder: str) -> tuple[str, str]:
     """``<root>/<run_id>`` split into its results root and run id."""
     root, _, run_id = run_folder.rstrip("/").rpartition("/")

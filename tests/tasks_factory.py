@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 
@@ -61,7 +62,8 @@ def write_terminal_bench_task(root: Path, name: str, solve: str, check: str) -> 
     """A task in Terminal-Bench's old format: task.yaml, docker-compose.yaml, solution.sh, run-tests.sh."""
     task = root / name
     task.mkdir(parents=True)
-    (task / "task.yaml").write_text(f"instruction: |\n  Task {name}.\nauthor_name: tests\ndifficulty: easy\nmax_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n")
+    # A fresh token per call: the converted copy is cached by content, and a test must see its conversion.
+    (task / "task.yaml").write_text(f"instruction: |\n  Task {name} ({uuid.uuid4().hex}).\nauthor_name: tests\ndifficulty: easy\nmax_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n")
     (task / "Dockerfile").write_text(BASE_DOCKERFILE)
     (task / "docker-compose.yaml").write_text(
         "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n"

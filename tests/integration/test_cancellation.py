@@ -262,6 +262,41 @@ async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
 
 
 @pytest.mark.usefixtures("prefect_server")
+async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_path):
+    """Prefect's Retry (the UI's button: AwaitingRetry, then the same flow run again) continues
+    that run's folder, keeping its finished rows, instead of starting a second one."""
+    from prefect.flow_engine import run_flow_async
+    from prefect.states import AwaitingRetry
+
+    marker = f"retry-{os.getpid()}"
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "quick")
+    write_task(tasks, "slow", solve=f"bash -c 'sleep 6 & wait' {marker}")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in [("a", "quick"), ("b", "slow")]))
+    backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=1, cleanup_successful_trials=False)
+    parameters = {"dataset": str(dataset), "backend": backend, "results": str(tmp_path / "results")}
+    first = asyncio.create_task(evaluation_sweep(**parameters, return_state=True))
+    await wait_for(lambda: marked_processes(marker), what="the slow row to run")
+    run = await running_sweep_of(dataset)
+    async with get_client() as client:
+        await client.set_flow_run_state(run.id, Cancelling(), force=True)
+    assert (await first).is_cancelled()
+    (folder,) = [m.parent for m in (tmp_path / "results").glob("*/manifest.json")]
+
+    async with get_client() as client:
+        await client.set_flow_run_state(run.id, AwaitingRetry(), force=True)
+        again = await client.read_flow_run(run.id)
+    state = await run_flow_async(evaluation_sweep, flow_run=again, parameters=parameters, return_type="state")
+    assert state.is_completed(), state
+    assert [m.parent for m in (tmp_path / "results").glob("*/manifest.json")] == [folder], "the retry started a second run folder"
+    rows = {r["row_id"]: r for r in pq.read_table(folder / "results.parquet").to_pylist()}
+    assert {k: r["status"] for k, r in rows.items()} == {"a": "success", "b": "success"}
+    assert len(list((tmp_path / "trials").glob("*/a__*"))) == 1, "a finished row was run again"
+    assert json.loads((folder / "manifest.json").read_text())["resumed"] == 1
+
+
+@pytest.mark.usefixtures("prefect_server")
 async def test_status_says_stale_after_kill_9_and_the_next_sweep_marks_it_crashed(tmp_path):
     from prefect.settings import get_current_settings
 
