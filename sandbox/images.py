@@ -8,8 +8,10 @@ context: editing them rebuilds nothing.
 
 Base images (``FROM``) are found in this order: already in local storage; pulled from
 the registry; bootstrapped from Debian's mirror (``prefect-harbor images bootstrap``,
-stored as ``prefect-harbor.local/...``); a stand-in named in ``base_images`` (warned about
-on every use). Nothing else: a base that cannot be found fails with the fix.
+stored as ``prefect-harbor.local/...``); a stand-in named in ``base_images``; a stand-in this
+project ships (:mod:`.standins`: ubuntu, python:3.x, the t-bench bases), built from Debian's
+mirror. A stand-in is warned about on every use. Nothing else: a base that cannot be found
+fails with the fix.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from harbor.utils.container_cache import docker_build_context_hash
 
 from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
 from prefect_harbor.sandbox.engine import podman
+from prefect_harbor.sandbox.standins import shipped_stand_in
 
 #: Bump when the way images are built changes, so old cached tags are not reused.
 RECIPE_VERSION = "1"
@@ -108,6 +111,7 @@ class ImageResolver:
     """Finds bases and builds task images, once per content per process (and per host, by tag)."""
 
     _known: dict[str, str] = {}  # reference -> resolved local reference
+    _stood_in: dict[str, str] = {}  # reference -> the warning every use of its stand-in repeats
     _image_ids: dict[str, str] = {}
     _unpullable: set[str] = set()
 
@@ -120,14 +124,11 @@ class ImageResolver:
     async def resolve(self, reference: str, *, warn: logging.Logger = logger) -> str:
         """A local image for ``reference``, pulling or standing in as the module docstring says."""
         normalized = normalize_reference(reference)
-        if normalized in self._known:
-            resolved = self._known[normalized]
-            if resolved != normalized and not resolved.startswith(LOCAL_REGISTRY):
-                warn.warning(f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image.")
-            return resolved
-        resolved = await self._find(reference, normalized, warn)
-        self._known[normalized] = resolved
-        return resolved
+        if normalized not in self._known:
+            self._known[normalized] = await self._find(reference, normalized, warn)
+        if normalized in self._stood_in:
+            warn.warning(self._stood_in[normalized])
+        return self._known[normalized]
 
     async def _find(self, reference: str, normalized: str, warn: logging.Logger) -> str:
         if await _exists(normalized):
@@ -145,7 +146,18 @@ class ImageResolver:
         stand_in = self.settings.base_images.get(normalized)
         if stand_in:
             resolved = await self.resolve(stand_in, warn=warn) if stand_in != reference else normalized
-            warn.warning(f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image.")
+            self._stood_in[normalized] = f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image."
+            return resolved
+        if shipped := shipped_stand_in(normalized):
+            if shipped.image:
+                resolved = await self.resolve(shipped.image, warn=warn)
+            else:
+                assert shipped.folder is not None
+                resolved = await self.ensure_built(shipped.folder, f"stand-in for {reference}", timeout_sec=1800, warn=warn)
+            self._stood_in[normalized] = (
+                f"Base image {reference!r} cannot be pulled: stood in by {resolved!r}, {shipped.what} "
+                "(a shipped stand-in: pull the real image, or map it in base_images); results may differ from the real image."
+            )
             return resolved
         raise BaseImageNotFoundError(
             f"base image {reference!r} is not in local storage and cannot be pulled. Fix: pull it "

@@ -45,6 +45,7 @@ def environment_dir(root: Path, dockerfile: str, **files: str) -> Path:
 def fresh_resolver(**kwargs) -> ImageResolver:
     """A resolver that remembers nothing from earlier tests (podman's storage still does)."""
     ImageResolver._known.clear()
+    ImageResolver._stood_in.clear()
     return image_resolver(extra_ca_certs=[], **kwargs)
 
 
@@ -120,3 +121,22 @@ async def test_builds_get_the_hosts_proxy_settings_and_the_image_keeps_none(tmp_
     seen = (await podman("run", "--rm", tag, "cat", "/proxy-at-build")).check("run").text
     kept = (await podman("image", "inspect", "--format", "{{.Config.Env}}", tag)).check("inspect").text
     assert seen == "http://proxy.invalid:3128" and "proxy.invalid" not in kept
+
+
+async def test_an_unpullable_ubuntu_base_gets_the_shipped_debian_stand_in_with_a_warning_on_every_use(tmp_path, caplog):
+    context = environment_dir(tmp_path, "FROM ubuntu:24.04\nRUN test -f /etc/debian_version\n")
+    resolver = fresh_resolver()
+    with caplog.at_level(logging.WARNING):
+        await resolver.ensure_built(context, "ubuntu-task", timeout_sec=300)
+        await resolver.ensure_built(context, "ubuntu-task", timeout_sec=300)
+    warnings = [r.getMessage() for r in caplog.records if "'ubuntu:24.04' cannot be pulled: stood in by" in r.getMessage()]
+    assert len(warnings) == 2 and "Debian 12" in warnings[0], caplog.text
+
+
+@pytest.mark.slow
+async def test_an_unpullable_python_base_gets_a_pip_ready_stand_in(tmp_path, caplog):
+    """Built once from Debian's mirror (about a minute, then cached by content): python and pip work, PEP 668 is off."""
+    context = environment_dir(tmp_path, "FROM python:3.13-slim\nRUN python --version && pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED\n")
+    with caplog.at_level(logging.WARNING):
+        await fresh_resolver().ensure_built(context, "python-task", timeout_sec=900)
+    assert "'python:3.13-slim' cannot be pulled: stood in by" in caplog.text and "not the tag's Python version" in caplog.text
