@@ -14,10 +14,9 @@ from pathlib import Path
 from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
-from prefect.states import Cancelled, Completed
-from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.futures import PrefectFuture
-from prefect.states import State
+from prefect.states import Cancelled, Completed, State
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
@@ -131,26 +130,27 @@ async def _sweep(
 ) -> SweepSummary:  # fmt: skip
     """The sweep once its configuration is known: every log record it makes is redacted."""
     logger = get_run_logger()
+    results_root = storage.url if storage else results
+    options = storage.storage_options() if storage else None
     if resume is None and rerun_failed is None and get_run_context().flow_run.run_count > 1:
         # Prefect's Retry runs the same flow run again: it continues its own run folder.
-        options = storage.storage_options() if storage else None
-        resume = await asyncio.to_thread(run_folder_of_flow_run, storage.url if storage else results, current_flow_run_id(), options)
+        resume = await asyncio.to_thread(run_folder_of_flow_run, results_root, current_flow_run_id(), options)
         if resume:
             logger.info(f"This is a retry of flow run {current_flow_run_id()}: resuming its own run folder {resume}")
-    root, run_id = split_run_folder(resume) if resume else (storage.url if storage else results, new_run_id())
+    root, run_id = split_run_folder(resume) if resume else (results_root, new_run_id())
     run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
     store = RunStore(
-        root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=storage.storage_options() if storage else None, logger=logger,
+        root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=options, logger=logger,
     )  # fmt: skip
     await asyncio.to_thread(store.check_writable)
     try:
-        await mark_crashed(await asyncio.to_thread(find_stale_runs, root, storage.storage_options() if storage else None), logger)
+        await mark_crashed(await asyncio.to_thread(find_stale_runs, root, options), logger)
     except Exception as error:  # tidying up after dead runs must never stop this one
         logger.warning(f"Could not check {root} for runs whose process died: {type(error).__name__}: {error}")
     info = await asyncio.to_thread(inspect_dataset, dataset)
     reruns: dict[str, str] | None = None
     if rerun_failed:
-        previous = RunStore.open(rerun_failed, storage.storage_options() if storage else None)
+        previous = RunStore.open(rerun_failed, options)
         reruns = await asyncio.to_thread(rerun_ids, previous, info.ids)
         info = info.model_copy(update={"ids": list(reruns.values()), "rows": len(reruns)})
         logger.info(f"Re-running {len(reruns)} failed or cancelled rows of {previous.uri()}")
