@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,8 @@ from prefect_harbor.config import (
 )
 
 
-#: A native agent's name, or an import path ``module:Class`` (the UI checks it against this).
-AGENT_PATTERN = "^(" + "|".join(NATIVE_AGENTS) + r"|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$"
+#: An AgentWorkflow's import path ``module:Class``.
+WORKFLOW_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 
 
 def _constrain_non_null(schema: dict, **rules: Any) -> None:
@@ -36,6 +37,12 @@ def _constrain_non_null(schema: dict, **rules: Any) -> None:
     for branch in schema.get("anyOf", [schema]):
         if branch.get("type") != "null":
             branch.update(rules)
+
+
+def _as_plain_enum(schema: dict, choices: tuple[str, ...]) -> None:
+    """Describe an optional field as a plain enum, so the UI draws one list (as for Task Mode), not a string/null switch."""
+    schema.pop("anyOf", None)
+    schema.update(type="string", enum=list(choices))
 
 
 class HarborBackend(Block):
@@ -61,9 +68,16 @@ class HarborBackend(Block):
     agent: str | None = Field(
         default=None,
         title="Agent",
-        description="A native Harbor agent (terminus-2, mini-swe-agent, oracle) or an AgentWorkflow import path 'module:Class'.",
-        # In the schema only, so the UI refuses a typo ("orcale") on save; Python gets the validator's message.
-        json_schema_extra=lambda schema: _constrain_non_null(schema, pattern=AGENT_PATTERN),
+        description="A native Harbor agent: terminus-2, mini-swe-agent or oracle. For an Osmosis AgentWorkflow, leave it empty and set Workflow Agent.",
+        # An enum in the schema, so the UI offers a list and cannot save a typo ("orcale"); Python
+        # gets the validator's message, and agent='module:Class' still works there (see _workflow_from_agent).
+        json_schema_extra=lambda schema: _as_plain_enum(schema, NATIVE_AGENTS),
+    )
+    workflow_agent: str | None = Field(
+        default=None,
+        title="Workflow Agent",
+        description="An Osmosis AgentWorkflow to run instead of a native agent, as an import path 'module:Class'.",
+        json_schema_extra=lambda schema: _constrain_non_null(schema, pattern=WORKFLOW_PATTERN),
     )
     native_agent_kwargs: dict[str, Any] = Field(title="Native Agent Options", default_factory=dict, description="Keyword arguments for a native agent (not for workflow agents).")
     model_name: str = Field(title="Model", default=DEFAULT_MODEL_NAME, description="Model for model-backed agents; a row's metadata.harbor_model overrides it.")
@@ -121,6 +135,16 @@ class HarborBackend(Block):
         reject_legacy_keywords(data)
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _workflow_from_agent(cls, data: Any) -> Any:
+        """Osmosis's ``agent=`` takes a workflow's 'module:Class' too: store it as workflow_agent."""
+        if isinstance(data, dict) and ":" in str(data.get("agent") or ""):
+            if data.get("workflow_agent") not in (None, "", data["agent"]):
+                raise ConfigurationError(f"agent: {data['agent']!r} is a workflow and workflow_agent is {data['workflow_agent']!r}; give one of them.")
+            data = {**data, "agent": None, "workflow_agent": data["agent"]}
+        return data
+
     @field_validator("model_endpoint", mode="before")
     @classmethod
     def _empty_endpoint_is_none(cls, value: Any) -> Any:
@@ -155,9 +179,18 @@ class HarborBackend(Block):
     @field_validator("agent")
     @classmethod
     def _agent_is_known(cls, value: str | None) -> str | None:
-        if value is not None and ":" not in value and value not in NATIVE_AGENTS:
-            raise ConfigurationError(f"agent: unknown native agent {value!r}; registered: {list(NATIVE_AGENTS)} (or give 'module:Class').")
+        if value is not None and value not in NATIVE_AGENTS:
+            raise ConfigurationError(
+                f"agent: unknown native agent {value!r}; choose one of {list(NATIVE_AGENTS)}, or set workflow_agent to an AgentWorkflow 'module:Class'."
+            )
         return value
+
+    @field_validator("workflow_agent")
+    @classmethod
+    def _workflow_is_an_import_path(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(WORKFLOW_PATTERN, value.strip()):
+            raise ConfigurationError(f"workflow_agent: {value!r} is not an import path 'module:Class' (for example 'my_project.workflow:MyWorkflow').")
+        return None if value is None else value.strip()
 
     @field_validator("max_queue_depth")
     @classmethod
@@ -168,8 +201,10 @@ class HarborBackend(Block):
 
     @model_validator(mode="after")
     def _consistent(self) -> HarborBackend:
-        if self.agent is None and self.bundle is None:
-            raise ConfigurationError("agent: set an agent (a native name or 'module:Class'), or a bundle= wheel that provides one.")
+        if self.agent is not None and self.workflow_agent is not None:
+            raise ConfigurationError(f"agent: {self.agent} is a native agent and workflow_agent is {self.workflow_agent}; set one of them.")
+        if self.agent is None and self.workflow_agent is None and self.bundle is None:
+            raise ConfigurationError("agent: set a native agent, or workflow_agent ('module:Class'), or a bundle= wheel that provides one.")
         if self.native_agent_kwargs and not self.is_native:
             raise ConfigurationError("native_agent_kwargs: configures native Harbor agents only; workflow agents take workflow_config.")
         if self.agent in MODEL_AGENTS and self.model_endpoint is None:
@@ -221,12 +256,17 @@ class HarborBackend(Block):
 
     @property
     def is_native(self) -> bool:
-        return self.agent is not None and ":" not in self.agent
+        return self.agent is not None
+
+    @property
+    def agent_spec(self) -> str | None:
+        """What runs each row, as Osmosis's ``agent=`` names it: a native agent or a workflow's 'module:Class'."""
+        return self.agent or self.workflow_agent
 
     @property
     def has_bundle(self) -> bool:
         """Whether a workflow bundle exists: a workflow agent, a grader, or a prebuilt wheel."""
-        return self.bundle is not None or (self.agent is not None and not self.is_native) or self.grader is not None
+        return self.bundle is not None or self.workflow_agent is not None or self.grader is not None
 
     @property
     def is_workflow(self) -> bool:
@@ -237,7 +277,7 @@ class HarborBackend(Block):
         """What to build into the bundle (None with a prebuilt ``bundle`` or when none is needed)."""
         if self.bundle is not None or not self.has_bundle:
             return None
-        workflow = None if self.is_native else self.agent
+        workflow = self.workflow_agent
         anchor = workflow or self.grader
         assert anchor is not None
         code_dir = self.code_dir or project_dir_for(anchor, "agent" if workflow else "grader")

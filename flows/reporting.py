@@ -31,14 +31,14 @@ def sweep_run_name() -> str:
     """``<backend block or agent>-<dataset stem>-<UTC date>``: runs told apart in the UI's list."""
     parameters = flow_run.parameters
     backend = parameters.get("backend")
-    who = parameters.get("backend_block") or getattr(backend, "_block_document_name", None) or getattr(backend, "agent", None) or "sweep"
+    who = parameters.get("backend_block") or getattr(backend, "_block_document_name", None) or getattr(backend, "agent_spec", None) or "sweep"
     dataset = str(parameters.get("dataset") or "dataset").rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
     return f"{who}-{dataset}-{datetime.now(UTC):%Y%m%d-%H%M}".replace(":", "-")
 
 
 def run_tags(config: HarborBackend, block_name: str | None) -> list[str]:
     """The flow run's tags: its agent, model, task mode and backend block (filterable in the UI)."""
-    tags = [f"agent:{config.agent or 'workflow'}", f"mode:{config.task_mode}"]
+    tags = [f"agent:{config.agent or config.workflow_agent or 'workflow'}", f"mode:{config.task_mode}"]
     if config.agent != "oracle":
         tags.append(f"model:{(config.model_endpoint.model if config.model_endpoint else None) or config.model_name}")
     if block_name:

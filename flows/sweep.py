@@ -197,7 +197,7 @@ async def _sweep(
     await progress.start()
     logger.info(
         f"Sweep {run_id}: {info.rows} rows from {dataset} ({info.problems} unusable), {config.task_mode} mode, "
-        f"agent {config.agent}, {config.n_concurrent} at a time; results under {store.uri()}"
+        f"agent {config.agent_spec}, {config.n_concurrent} at a time; results under {store.uri()}"
     )
 
     tally = RunTally()

@@ -248,7 +248,7 @@ def check(
     scanned = code_dir
     if tasks_dir is not None or backend_block is not None:
         backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None)
-        console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent}", soft_wrap=True)
+        console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent_spec}", soft_wrap=True)
         problems += check_tasks_of(backend, dataset, console)
         scanned = code_dir or backend.code_dir
     elif code_dir is None:

@@ -207,8 +207,8 @@ def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
 def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend) -> RowResult:
     """The row's result before anything ran (a failure until a trial says otherwise)."""
     if isinstance(row, RowProblem):
-        return RowResult(row_index=index, row_id=row.id, agent=backend.agent, status="failure")
-    return RowResult(row_index=index, row_id=row.id, task=declared_task(row, backend), agent=backend.agent, model=model_for(backend, row), status="failure")
+        return RowResult(row_index=index, row_id=row.id, agent=backend.agent_spec, status="failure")
+    return RowResult(row_index=index, row_id=row.id, task=declared_task(row, backend), agent=backend.agent_spec, model=model_for(backend, row), status="failure")
 
 
 async def run_row(

@@ -1,6 +1,7 @@
 """The blocks: Prefect's standard block checks, and every configuration rule by name."""
 
 import inspect
+import re
 
 import pytest
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
@@ -88,7 +89,31 @@ def test_max_queue_depth_below_one_is_refused(depth):
 
 
 def test_neither_agent_nor_bundle():
-    assert "agent: set an agent" in error_text(tasks_dir=TEMPLATE)
+    assert "agent: set a native agent, or workflow_agent" in error_text(tasks_dir=TEMPLATE)
+
+
+def test_the_ui_offers_native_agents_as_a_list_and_workflows_as_an_import_path():
+    """An enum is what the Prefect UI's block form enforces (it saves any text, patterns unchecked)."""
+    properties = HarborBackend.model_json_schema()["properties"]
+    assert properties["agent"]["enum"] == ["terminus-2", "mini-swe-agent", "oracle"]
+    (workflow,) = [branch for branch in properties["workflow_agent"]["anyOf"] if branch.get("type") != "null"]
+    assert re.match(workflow["pattern"], "my_project.workflow:MyWorkflow") and not re.match(workflow["pattern"], "orcale")
+
+
+def test_osmosis_agent_keyword_still_takes_a_workflow_import_path():
+    backend = HarborBackend(tasks_dir=TEMPLATE, agent="pkg.mod:Workflow")
+    assert (backend.agent, backend.workflow_agent, backend.agent_spec) == (None, "pkg.mod:Workflow", "pkg.mod:Workflow")
+    assert backend.is_workflow and backend.has_bundle
+    assert HarborBackend.model_validate(backend.model_dump()).workflow_agent == "pkg.mod:Workflow"
+
+
+def test_a_native_agent_and_a_workflow_agent_together_are_refused():
+    assert "set one of them" in error_text(tasks_dir=TEMPLATE, agent="oracle", workflow_agent="pkg.mod:Workflow")
+    assert "give one of them" in error_text(tasks_dir=TEMPLATE, agent="pkg.a:A", workflow_agent="pkg.b:B")
+
+
+def test_a_workflow_agent_that_is_not_an_import_path_names_the_field():
+    assert "workflow_agent: 'orcale' is not an import path" in error_text(tasks_dir=TEMPLATE, workflow_agent="orcale")
 
 
 def test_a_template_without_tests_and_without_a_grader_has_no_reward_source(tmp_path):
@@ -159,7 +184,7 @@ def test_one_default_mode_everywhere_follows_the_shape_of_tasks_dir():
     assert inspect.signature(sweep).parameters["mode"].default is None
 
 
-@pytest.mark.parametrize(("field", "value"), [("agent", "orcale"), ("agent", "not a path"), ("max_queue_depth", 0)])
+@pytest.mark.parametrize(("field", "value"), [("agent", "orcale"), ("agent", "my_pkg.agent:Workflow"), ("workflow_agent", "not a path"), ("max_queue_depth", 0)])
 def test_the_block_schema_carries_the_rules_a_form_can_check(field, value):
     """Rules in the JSON schema, where any schema-driven form or API client checks them before a sweep."""
     import jsonschema
@@ -167,7 +192,7 @@ def test_the_block_schema_carries_the_rules_a_form_can_check(field, value):
     schema = HarborBackend.model_json_schema()
     good = {"tasks_dir": str(TEMPLATE), "agent": "oracle"}
     jsonschema.validate(good, schema)
-    jsonschema.validate({**good, "agent": "my_pkg.agent:Workflow"}, schema)
+    jsonschema.validate({"tasks_dir": str(TEMPLATE), "workflow_agent": "my_pkg.agent:Workflow"}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**good, field: value}, schema)
 

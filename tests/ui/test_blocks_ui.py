@@ -39,16 +39,44 @@ def test_each_block_has_a_usable_form(registered, browser, screenshots, slug, la
     page.close()
 
 
+def open_list(page, label: str):
+    """Open the list of the field labelled ``label`` (a click does not open it; the keyboard does); its options."""
+    heading = page.locator("label", has_text=re.compile(rf"^\s*{re.escape(label)}( \(Optional\))?\s*$"))
+    page.locator(".schema-form-input", has=heading).locator(".p-select-button__control").first.focus()
+    page.keyboard.press("ArrowDown")
+    options = page.locator(".p-select-option")
+    options.first.wait_for(timeout=10_000)
+    return options
+
+
+def choose(page, label: str, option: str) -> None:
+    open_list(page, label).filter(has_text=re.compile(rf"^\s*{re.escape(option)}\s*$")).first.click()
+
+
+def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(registered, browser, screenshots):
+    """A typo such as 'orcale' cannot be saved: Agent is a list (the 3.9 form checks no text pattern)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
+    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    options = open_list(page, "Agent")
+    assert sorted(text.strip() for text in options.all_inner_texts()) == ["None", "mini-swe-agent", "oracle", "terminus-2"]
+    page.locator(".p-combobox__text-input input").last.fill("orcale")
+    page.wait_for_timeout(500)
+    page.screenshot(path=screenshots / "block-form-agent-orcale.png", full_page=True)
+    assert options.count() == 0, f"the Agent list offers {options.all_inner_texts()} for 'orcale'"
+    page.close()
+
+
 def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, screenshots):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
     page.get_by_text("Block Name").first.wait_for(timeout=30_000)
-    # The form's fields carry no labels a locator can use; they come in schema order:
-    # block name, tasks_dir, (task_mode is a select), agent, ...
+    # The form's text fields carry no labels a locator can use; they come in schema order:
+    # block name, tasks_dir, ... (Task Mode and Agent are lists).
     fields = page.locator("input, textarea")
     fields.nth(0).fill("from-the-ui")
     fields.nth(1).fill(str(EXAMPLE_TASKS / "reward-txt"))
-    fields.nth(2).fill("oracle")
+    choose(page, "Agent", "oracle")
     page.get_by_role("button", name="Create").click()
     page.wait_for_url("**/blocks/block/**", timeout=30_000)
     page.screenshot(path=screenshots / "block-created.png", full_page=True)
