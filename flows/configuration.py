@@ -37,6 +37,13 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
     return backend.revalidated()
 
 
+async def resolve_storage(storage: ResultsStorage | None, storage_block: str | None) -> ResultsStorage | None:
+    """Where results go: a Results Storage block picked or given (``storage``), or named (``storage_block``); None: ``results``."""
+    if storage is not None and storage_block is not None:
+        raise ConfigurationError("storage: give one of `storage` (a picked Results Storage block) or `storage_block` (its name), not both.")
+    return await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else storage
+
+
 class ConfigurationErrorInOneLine(logging.Filter):
     """A configuration error is the user's to fix, not a bug: its message names the field and
     the fix, so Prefect's "Encountered exception" record keeps that line and drops the traceback."""

@@ -25,7 +25,7 @@ from prefect_harbor.control import (
 )  # fmt: skip
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows.bundle import build_bundle_flow
-from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, install_log_filters, load_block, resolve_backend
+from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, install_log_filters, resolve_backend, resolve_storage
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.prewarm import PrewarmResult
 from prefect_harbor.flows.cancellation import CancelScope, mark_crashed, wait_or_cancel
@@ -65,6 +65,7 @@ async def evaluation_sweep(
     backend_block: str | None = None,
     results: str = "results",
     storage_block: str | None = None,
+    storage: ResultsStorage | None = None,
     concurrency: int | None = None,
     resume: str | None = None,
     rerun_failed: str | None = None,
@@ -75,15 +76,16 @@ async def evaluation_sweep(
 
     Args:
         dataset: JSONL or Parquet rows, a path or an fsspec URL.
-        backend: The backend configuration, inline (code users) or a saved block (UI).
-        backend_block: The name of a saved Harbor Backend block, instead of ``backend``.
+        backend: A Harbor Backend block, picked in the run form (or inline, in code).
+        backend_block: Or the name of a saved Harbor Backend block (the command line's way).
         results: The results root, a local path or an fsspec URL (when no storage block).
-        storage_block: The name of a saved Results Storage block, instead of ``results``.
-        concurrency: Overrides the backend's ``n_concurrent`` for this run.
+        storage_block: The name of a saved Results Storage block, instead of results (the command line's way).
+        storage: Or the Results Storage block itself, picked in the run form (or inline, in code).
+        concurrency: Overrides the backend's n_concurrent for this run.
         resume: The folder of a crashed or cancelled run of the same dataset and backend to
             continue: its finished rows are kept, the others run.
         rerun_failed: The folder of an earlier run: a new run of only its failed and
-            cancelled rows, with new row ids (``<id>~rerun``) that point to the originals.
+            cancelled rows, with new row ids (<id>~rerun) that point to the originals.
         prewarm: First set up each selected task once (install-only, no credentials); the
             rows of a task that fails it fail at once with its reason.
         rows_per_task_run: How many rows one Prefect task run may hold. Empty: one per row
@@ -115,7 +117,7 @@ async def evaluation_sweep(
             logger.warning(f"Removed container {reaped}, left behind by a run whose process died.")
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
-    storage = await load_block(ResultsStorage, storage_block, "storage_block") if storage_block else None
+    storage = await resolve_storage(storage, storage_block)
     # Before anything is written: a project that cannot be bundled is a configuration error.
     bundle = await build_bundle_flow(backend=config) if config.has_bundle else None
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()

@@ -33,7 +33,7 @@ def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: s
 
 def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tmp_path):
     deployment = wait_for_deployment(ui_server, "sweep")
-    assert {"dataset", "backend", "backend_block", "results", "storage_block", "concurrency"} <= set(deployment["parameter_openapi_schema"]["properties"])
+    assert {"dataset", "backend", "backend_block", "results", "storage", "storage_block", "concurrency"} <= set(deployment["parameter_openapi_schema"]["properties"])
     run = subprocess.run(
         [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
          "--param", "backend_block=deploy-examples", "--param", f"results={tmp_path / 'on-demand'}", "--watch"],

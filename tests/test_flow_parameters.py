@@ -1,0 +1,34 @@
+"""The sweep flow's parameters, as the deployment run form draws them."""
+
+import asyncio
+
+import pytest
+from prefect.utilities.callables import parameter_schema
+
+from prefect_harbor.blocks import ResultsStorage
+from prefect_harbor.config import ConfigurationError
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows.configuration import resolve_storage
+
+
+def test_each_block_has_a_picker_and_a_by_name_field():
+    """One way per block in the run form: a picker (a block-type reference) beside a name for the command line."""
+    schema = parameter_schema(evaluation_sweep.fn).model_dump()
+    for picker, by_name, slug in (("backend", "backend_block", "harbor-backend"), ("storage", "storage_block", "results-storage")):
+        (reference,) = [branch["$ref"] for branch in schema["properties"][picker]["anyOf"] if "$ref" in branch]
+        assert schema["definitions"][reference.rsplit("/", 1)[1]]["block_type_slug"] == slug
+        assert schema["properties"][by_name]["anyOf"][0]["type"] == "string"
+
+
+def test_parameter_help_has_no_raw_backticks():
+    """The UI shows descriptions as written: ``x`` would appear with its backticks."""
+    schema = parameter_schema(evaluation_sweep.fn).model_dump()
+    assert not [name for name, field in schema["properties"].items() if "`" in field.get("description", "")]
+
+
+def test_storage_given_twice_is_refused_and_a_picked_block_is_used_as_is(tmp_path):
+    picked = ResultsStorage(url=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="storage: give one of"):
+        asyncio.run(resolve_storage(picked, "saved-name"))
+    assert asyncio.run(resolve_storage(picked, None)) is picked
+    assert asyncio.run(resolve_storage(None, None)) is None
