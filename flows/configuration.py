@@ -67,9 +67,19 @@ def harbor_logs_in_trial_logs_only() -> Iterator[None]:
         harbor.propagate = before
 
 
+class ReturnedFailureOnce(logging.Filter):
+    """A row's task run returns its Failed state on purpose; Prefect then logs "Task run failed with
+    state: Failed(... result=[RowResult(...)])" at ERROR with an empty traceback ("NoneType: None"),
+    beside its own "Finished in state Failed(<category: message>)". Keep the second, which says it all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Task run failed with state: ")
+
+
 def install_log_filters() -> None:
-    """Once per process (idempotent): Prefect's flow and task run loggers get the one-line rule."""
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
+    """Once per process (idempotent): Prefect's flow and task run loggers get the one-line rules."""
+    for name, rules in (("prefect.flow_runs", (ConfigurationErrorInOneLine,)), ("prefect.task_runs", (ConfigurationErrorInOneLine, ReturnedFailureOnce))):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, ConfigurationErrorInOneLine) for f in logger.filters):
-            logger.addFilter(ConfigurationErrorInOneLine())
+        for rule in rules:
+            if not any(isinstance(f, rule) for f in logger.filters):
+                logger.addFilter(rule())
