@@ -24,7 +24,9 @@ async def load_block[B: (HarborBackend, ResultsStorage, ModelEndpoint)](block_ty
     except RuntimeError as error:  # Prefect wraps a failed validation of the saved values
         cause = error.__cause__
         reason = describe(cause) if isinstance(cause, ValidationError) else str(cause or error)
-        raise ConfigurationError(f"{field} {name!r} is no longer valid: {reason}") from error
+        # Saved from the UI (which checks little) or valid once and not now (its tasks_dir changed):
+        # either way the saved values fail today's checks, and the fix is to edit the block.
+        raise ConfigurationError(f"{field} {name!r} is not a valid {block_type.get_block_type_name()} block: {reason}; edit it (UI: Blocks) and save it again.") from error
 
 
 async def resolve_backend(backend: HarborBackend | None, backend_block: str | None) -> HarborBackend:

@@ -62,7 +62,7 @@ async def test_a_saved_block_that_no_longer_validates_fails_before_any_trial(tmp
     (tasks / "t" / "tests" / "test.sh").write_text("")
     await HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle").save("soon-broken", overwrite=True)
     (tasks / "t" / "tests" / "test.sh").unlink()
-    with pytest.raises(ConfigurationError, match="soon-broken.*no reward source"):
+    with pytest.raises(ConfigurationError, match="soon-broken. is not a valid Harbor Backend block: .*no reward source.*edit it"):
         await resolve_backend(None, "soon-broken")
     with pytest.raises(ConfigurationError, match="exactly one"):
         await resolve_backend(None, None)
