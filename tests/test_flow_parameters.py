@@ -1,7 +1,5 @@
 """The sweep flow's parameters, as the deployment run form draws them."""
 
-import asyncio
-
 import pytest
 from prefect.utilities.callables import parameter_schema
 
@@ -26,9 +24,9 @@ def test_parameter_help_has_no_raw_backticks():
     assert not [name for name, field in schema["properties"].items() if "`" in field.get("description", "")]
 
 
-def test_storage_given_twice_is_refused_and_a_picked_block_is_used_as_is(tmp_path):
+async def test_storage_given_twice_is_refused_and_a_picked_block_is_used_as_is(tmp_path):
     picked = ResultsStorage(url=str(tmp_path))
     with pytest.raises(ConfigurationError, match="storage: give one of"):
-        asyncio.run(resolve_storage(picked, "saved-name"))
-    assert asyncio.run(resolve_storage(picked, None)) is picked
-    assert asyncio.run(resolve_storage(None, None)) is None
+        await resolve_storage(picked, "saved-name")
+    assert await resolve_storage(picked, None) is picked
+    assert await resolve_storage(None, None) is None
