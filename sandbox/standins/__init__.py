@@ -23,7 +23,12 @@ class StandIn:
 
 
 SHIPPED = (
-    StandIn(r"docker\.io/library/(ubuntu|buildpack-deps):.*", "Debian 12 (bookworm), where the Ubuntu package names tasks install resolve", image="debian:bookworm"),
+    StandIn(r"docker\.io/library/ubuntu:.*", "Debian 12 (bookworm), where the Ubuntu package names tasks install resolve", image="debian:bookworm"),
+    StandIn(
+        r"docker\.io/library/buildpack-deps:.*",
+        "Debian 12 with buildpack-deps' compilers, build tools, scm clients and curl (tasks call them without installing them)",
+        folder=HERE / "buildpack-deps",
+    ),
     StandIn(r"docker\.io/library/python:3[^/]*", "Debian 12's python3 3.11 with pip (no PEP 668 refusal), not the tag's Python version", folder=HERE / "python"),
     StandIn(r"ghcr\.io/laude-institute/t-bench/.*", "Debian 12 with WORKDIR /app, tmux, asciinema and pytest, as the t-bench images had", folder=HERE / "t-bench"),
 )

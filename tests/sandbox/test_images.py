@@ -10,6 +10,7 @@ from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
 from prefect_harbor.sandbox.container import image_resolver
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver
+from prefect_harbor.sandbox.standins import shipped_stand_in
 
 from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
@@ -133,10 +134,26 @@ async def test_an_unpullable_ubuntu_base_gets_the_shipped_debian_stand_in_with_a
     assert len(warnings) == 2 and "Debian 12" in warnings[0], caplog.text
 
 
+def test_buildpack_deps_is_stood_in_by_an_image_with_its_build_tools_not_by_bare_debian():
+    """Tasks on buildpack-deps call gcc, make, git and curl without installing them: bare Debian has none."""
+    stand_in = shipped_stand_in("docker.io/library/buildpack-deps:jammy")
+    assert stand_in is not None and stand_in.folder is not None and stand_in.image is None
+    installed = (stand_in.folder / "Dockerfile").read_text().split()
+    assert {"gcc", "g++", "make", "git", "curl", "libc6-dev"} <= set(installed)
+    assert shipped_stand_in("docker.io/library/ubuntu:24.04").image == "debian:bookworm"
+
+
 @pytest.mark.slow
-async def test_an_unpullable_python_base_gets_a_pip_ready_stand_in(tmp_path, caplog):
-    """Built once from Debian's mirror (about a minute, then cached by content): python and pip work, PEP 668 is off."""
-    context = environment_dir(tmp_path, "FROM python:3.13-slim\nRUN python --version && pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED\n")
+@pytest.mark.parametrize(
+    "base, check, said",
+    [
+        ("python:3.13-slim", "python --version && pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED", "not the tag's Python version"),
+        ("buildpack-deps:jammy", "printf 'int main(void){return 0;}\\n' > t.c && make t && ./t && git --version && curl --version", "build tools"),
+    ],
+)
+async def test_an_unpullable_base_gets_a_stand_in_that_does_what_tasks_expect_of_it(tmp_path, caplog, base, check, said):
+    """Built once from Debian's mirror (a minute or a few, then cached by content), with a warning naming it."""
+    context = environment_dir(tmp_path, f"FROM {base}\nRUN {check}\n")
     with caplog.at_level(logging.WARNING):
-        await fresh_resolver().ensure_built(context, "python-task", timeout_sec=900)
-    assert "'python:3.13-slim' cannot be pulled: stood in by" in caplog.text and "not the tag's Python version" in caplog.text
+        await fresh_resolver().ensure_built(context, "stand-in-task", timeout_sec=1800)
+    assert f"'{base}' cannot be pulled: stood in by" in caplog.text and said in caplog.text
