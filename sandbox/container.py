@@ -26,6 +26,8 @@ monitor (conmon) per container. Per trial:
   (:mod:`.pod`): each service in a container of its own, all sharing the pod's network
   namespace, where every service name resolves to the pod's loopback. The pod, not a
   container, joins the trial's network, so the policy above holds for all of them.
+  Harbor's per-service operations (``service_exec``, ``service_download_*``,
+  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container.
 * ``stop()`` removes the container (or the pod and every service in it); :mod:`.janitor`
   removes them if this process dies first.
 """
@@ -354,25 +356,48 @@ class ContainerEnvironment(BaseEnvironment):
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
-        container = self._require_container()
+        shell = ["bash", "-c", command]
+        return await self._exec_in(self._require_container(), shell, cwd or self.task_env_config.workdir, self._merge_env(env) or {}, timeout_sec, self._resolve_user(user))
+
+    @override
+    async def service_exec(
+        self,
+        command: str,
+        *,
+        service: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        """A command in one compose service (Harbor's collect hooks): ``sh -c``, since a service's
+        image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
+        if self.is_main_service(service):
+            return await self.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
+        return await self._exec_in(self._service_container(service), ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
+
+    async def _exec_in(
+        self, container: str, argv: list[str], workdir: str | None, variables: dict[str, str], timeout_sec: int | None, user: str | int | None
+    ) -> ExecResult:
+        """``podman exec`` of ``argv``; on timeout or cancellation every process it started is killed."""
         marker = secrets.token_hex(8)
         args = ["exec", "--env", f"{_EXEC_MARKER}={marker}"]
-        if (resolved := self._resolve_user(user)) is not None:
-            args += ["--user", str(resolved)]
-        if cwd or self.task_env_config.workdir:
-            args += ["--workdir", cwd or self.task_env_config.workdir]
-        with _env_file(self._merge_env(env) or {}) as env_args:
+        if user is not None:
+            args += ["--user", str(user)]
+        if workdir:
+            args += ["--workdir", workdir]
+        with _env_file(variables) as env_args:
             process = await asyncio.create_subprocess_exec(
-                podman_path(), *args, *env_args, container, "bash", "-c", command,
+                podman_path(), *args, *env_args, container, *argv,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             try:
                 stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
             except TimeoutError:
-                await asyncio.shield(self._kill_exec(process, marker))
+                await asyncio.shield(self._kill_exec(container, process, marker))
                 raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
             except asyncio.CancelledError:
-                await asyncio.shield(self._kill_exec(process, marker))
+                await asyncio.shield(self._kill_exec(container, process, marker))
                 raise
         return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
 
@@ -394,15 +419,15 @@ class ContainerEnvironment(BaseEnvironment):
         await process.wait()
         return stdout, stderr
 
-    async def _kill_exec(self, process: asyncio.subprocess.Process, marker: str) -> None:
-        """Kill every process the exec started inside the container (they carry its marker)."""
-        if self._container:
+    async def _kill_exec(self, container: str, process: asyncio.subprocess.Process, marker: str) -> None:
+        """Kill every process the exec started inside ``container`` (they carry its marker)."""
+        if container in (self._container, *self._services.values()):
             script = (
                 f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
                 f"grep -qx {_EXEC_MARKER}={marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
             )
             with contextlib.suppress(Exception):
-                await podman("exec", "--user", "root", self._container, "sh", "-c", script, timeout=30)
+                await podman("exec", "--user", "root", container, "sh", "-c", script, timeout=30)
         if process.returncode is None:
             process.kill()
         with contextlib.suppress(Exception):
@@ -412,6 +437,19 @@ class ContainerEnvironment(BaseEnvironment):
         if not self._container:
             raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
         return self._container
+
+    def _service_container(self, service: str) -> str:
+        if service not in self._services:
+            running = ", ".join(self._services) or "none"
+            raise RuntimeError(f"{self.session_id}: no compose service {service!r} is running (running beside main: {running}).")
+        return self._services[service]
+
+    @override
+    async def stop_service(self, service: str) -> None:
+        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
+        sidecar evidence, so processes the agent left cannot tamper with it."""
+        container = self._require_container() if self.is_main_service(service) else self._service_container(service)
+        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
     # ------------------------------------------------------------------ files
 
@@ -443,9 +481,11 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        target = Path(target_path)
+        await self._download_file_from(self._require_container(), source_path, Path(target_path))
+
+    async def _download_file_from(self, container: str, source_path: str, target: Path) -> None:
         with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
-            await self._get(source_path, Path(scratch), strip=0)
+            await self._get(source_path, Path(scratch), strip=0, container=container)
             copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
             if len(copied) != 1:
                 raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
@@ -456,8 +496,22 @@ class ContainerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         await self._get(source_dir, Path(target_dir), strip=1)
 
-    async def _get(self, source: str, target: Path, *, strip: int) -> None:
-        container = self._require_container()
+    @override
+    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str | None = None) -> None:
+        """A file from one compose service (Harbor's sidecar artifacts), copied out as main's are."""
+        if self.is_main_service(service):
+            return await self.download_file(source_path, target_path)
+        await self._download_file_from(self._service_container(service), source_path, Path(target_path))
+
+    @override
+    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str | None = None) -> None:
+        """A folder from one compose service, copied out as main's are."""
+        if self.is_main_service(service):
+            return await self.download_dir(source_dir, target_dir)
+        await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
+
+    async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
+        container = container or self._require_container()
         limit = self._max_copy_bytes
         with tempfile.TemporaryFile() as archive:
             process = await asyncio.create_subprocess_exec(

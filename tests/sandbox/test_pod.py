@@ -4,6 +4,7 @@ are isolated as main is, keep to the trial's network policy, and are gone after 
 import asyncio
 import os
 import socket
+import sys
 
 import pytest
 from harbor.models.task.config import NetworkMode
@@ -40,7 +41,7 @@ OWN_ADDRESS = "python3 -c \"import socket; s = socket.socket(socket.AF_INET, soc
 def knock(host: str, port: int = 8000) -> str:
     """A shell command printing ``reached`` or ``refused: <error>`` for a TCP connection to ``host:port``."""
     return (
-        f"python3 -c \"import socket\ntry:\n    socket.create_connection(('{host}', {port}), timeout=3).close(); print('reached')\n"
+        f"python3 -c \"import socket\ntry:\n    socket.create_connection(('{host}', {port}), timeout=2).close(); print('reached')\n"
         f"except OSError as e:\n    print('refused:', e)\""
     )
 
@@ -101,6 +102,25 @@ async def test_a_trial_cannot_reach_another_trials_services(make_environment):
     assert own == "42"
 
 
+async def test_harbors_sidecar_operations_reach_a_service_and_main_can_be_stopped_first(make_environment, tmp_path):
+    """Harbor's collect hooks and sidecar artifacts: exec in a service, copy from it, stop main before collecting."""
+    env = make_environment(files={**API_FILES, "docker-compose.yaml": API_COMPOSE})
+    await env.start(force_build=False)
+    try:
+        hook = await env.service_exec("mkdir -p /evidence && echo seen > /evidence/log.txt && pwd", service="api", cwd="/srv")
+        await env.stop_service("main")
+        main_after = await podman("inspect", "--format", "{{.State.Status}}", env.container_id)
+        await env.service_download_file("/evidence/log.txt", tmp_path / "file" / "log.txt", service="api")
+        await env.service_download_dir("/evidence", tmp_path / "dir", service="api")
+        with pytest.raises(RuntimeError, match="no compose service 'db' is running"):
+            await env.service_exec("true", service="db")
+    finally:
+        await env.stop(delete=True)
+    assert (hook.return_code, hook.stdout.strip()) == (0, "/srv")
+    assert main_after.text == "exited"
+    assert (tmp_path / "file" / "log.txt").read_text() == (tmp_path / "dir" / "log.txt").read_text() == "seen\n"
+
+
 async def test_a_service_that_dies_fails_the_start_with_its_output_and_leaves_nothing(make_environment):
     compose = API_COMPOSE.replace("command: python3 -m http.server 8000 --directory /srv", 'command: [sh, -c, "echo no database here >&2; exit 3"]')
     env = make_environment(files={**API_FILES, "docker-compose.yaml": compose})
@@ -119,3 +139,33 @@ async def test_the_janitor_reaps_the_pod_of_a_dead_owner():
     assert pod.name in reaped
     assert podman_sync("pod", "exists", pod.name).returncode == 1
     assert podman_sync("container", "exists", f"{pod.name}-main").returncode == 1
+
+
+#: An owner process: arms its watchdog, creates a pod with its own owner label, waits to be killed.
+OWNER = """
+import asyncio, sys, time
+from prefect_harbor.sandbox import janitor
+from prefect_harbor.sandbox.engine import LABEL_OWNER
+from prefect_harbor.sandbox.pod import Pod
+janitor.ensure_watchdog()
+asyncio.run(Pod(sys.argv[1], {LABEL_OWNER: janitor.owner_token()}, "none", ["main"]).create())
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+async def test_the_watchdog_removes_the_pod_of_an_owner_killed_with_sigkill():
+    name = f"ph-test-watchdog-{os.getpid()}"
+    owner = await asyncio.create_subprocess_exec(sys.executable, "-c", OWNER, name, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert (await asyncio.wait_for(owner.stdout.readline(), 120)) == b"ready\n"
+        assert podman_sync("pod", "exists", name).returncode == 0
+    finally:
+        owner.kill()
+        await owner.wait()
+    for _ in range(300):
+        if podman_sync("pod", "exists", name).returncode == 1:
+            return
+        await asyncio.sleep(0.2)
+    podman_sync("pod", "rm", "-f", "-t", "0", name)
+    pytest.fail(f"pod {name} outlived its owner by 60 s")
