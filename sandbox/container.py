@@ -1,4 +1,5 @@
-"""A Harbor environment that runs each trial in one OCI container, built and run by podman.
+"""A Harbor environment that runs each trial in one OCI container (and its compose services
+beside it), built and run by podman.
 
 No daemon: ``podman`` is a CLI that forks the container's runtime (runc) and a small
 monitor (conmon) per container. Per trial:
@@ -21,7 +22,14 @@ monitor (conmon) per container. Per trial:
   verifier's upload writes into that folder on the host, so the tests appear only at
   verification, and nothing in the container (not root, not a process the agent left
   running) can read them early or rewrite them before they run (``protect_tests``).
-* ``stop()`` removes the container; :mod:`.janitor` removes it if this process dies first.
+* A compose task with services beside ``main`` (:mod:`.compose`) runs as one pod
+  (:mod:`.pod`): each service in a container of its own, all sharing the pod's network
+  namespace, where every service name resolves to the pod's loopback. The pod, not a
+  container, joins the trial's network, so the policy above holds for all of them.
+  Harbor's per-service operations (``service_exec``, ``service_download_*``,
+  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container.
+* ``stop()`` removes the container (or the pod and every service in it); :mod:`.janitor`
+  removes them if this process dies first.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -44,10 +53,10 @@ from harbor.environments.definition import require_agent_environment_definition
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import compose, janitor, transfer
-from prefect_harbor.sandbox.compose import ServiceSettings
+from prefect_harbor.sandbox import compose, janitor, pod, transfer
+from prefect_harbor.sandbox.compose import MAIN, Project, Service
 from prefect_harbor.sandbox.engine import (
-    DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
+    DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
 )  # fmt: skip
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageSettings, default_extra_ca_certs
@@ -118,6 +127,9 @@ class ContainerEnvironment(BaseEnvironment):
         self._protect_tests = protect_tests
         self._tests_folder: Path | None = None  # made by start()
         self._container: str | None = None
+        self._pod: pod.Pod | None = None  # a multi-service task's, between start() and stop()
+        self._services: dict[str, str] = {}
+        self._service_images: dict[str, str] = {}
         self.image: str | None = None
         super().__init__(
             environment_dir=environment_dir,
@@ -165,65 +177,127 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        self._compose_service = check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
+        self._compose = check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
 
     @property
     def container_id(self) -> str | None:
-        """The running container's id, between ``start()`` and ``stop()``."""
+        """The running main container's id, between ``start()`` and ``stop()``."""
         return self._container
+
+    @property
+    def service_containers(self) -> dict[str, str]:
+        """The compose services beside main, by name: their container ids, between ``start()`` and ``stop()``."""
+        return dict(self._services)
+
+    @property
+    def _main(self) -> Service:
+        return self._compose.main if self._compose else Service()
 
     # ------------------------------------------------------------------ lifecycle
 
     async def prepare_image(self, force_build: bool = False) -> str:
-        """Build (or find) this task's image without starting a container."""
+        """Build (or find) this task's image, and its compose services' images, without starting a container."""
         self.image = await self._images.task_image(
-            self.environment_dir, self.environment_name, with_service_image(self.task_env_config, self._compose_service), force_build=force_build, warn=self.logger
+            self.environment_dir, self.environment_name, with_service_image(self.task_env_config, self._main), force_build=force_build, warn=self.logger
         )
+        self._service_images = await service_images(self._images, self._compose, self.environment_name, self.task_env_config, warn=self.logger)
         return self.image
 
     @override
     async def start(self, force_build: bool) -> None:
         image = await self.prepare_image(force_build)
-        service = self._compose_service or ServiceSettings()
-        no_network = self._network_policy.network_mode == NetworkMode.NO_NETWORK or service.no_network
+        no_network = self._network_policy.network_mode == NetworkMode.NO_NETWORK or self._main.no_network
         network = "none" if no_network else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
+        if self._tests_folder is None and self._protect_tests:
+            self._tests_folder = _tests_folder()
+        with _env_file({**proxy_variables(), **self._main.environment, **self._startup_env()}) as env_args:
+            if self._compose and self._compose.services:
+                await self._start_pod(name, network, image, env_args)
+            else:
+                await self._start_container(name, network, image, env_args)
+        await self._ensure_log_dirs(image)
+        await self._upload_environment_dir_after_start()
+
+    async def _start_container(self, name: str, network: str, image: str, env_args: list[str]) -> None:
+        """The trial as one container: Harbor's main service alone (and its healthcheck passed)."""
+        args = ["run", "--detach", "--name", name, "--network", network, *self._main_options(), *env_args]
+        for host in self._main.extra_hosts:
+            args += ["--add-host", host]
+        try:
+            done = await podman(*args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+        except (asyncio.CancelledError, TimeoutError):
+            # The container may exist already: it is named, so it can go before we do.
+            await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
+            raise
+        self._container = done.check(f"starting a container from {image}").text
+        if network != "none":
+            await asyncio.to_thread(isolate_ports)
+        if self._main.healthcheck:
+            await pod.wait_healthy(self._container, MAIN, self._main.healthcheck)
+
+    async def _start_pod(self, name: str, network: str, image: str, env_args: list[str]) -> None:
+        """The trial as a pod (:mod:`.pod`): main and its compose services, started as ``compose up --wait`` would."""
+        assert self._compose is not None
+        labels = {LABEL_OWNER: janitor.owner_token(), LABEL_TRIAL: self.session_id}
+        self._pod = pod.Pod(name, labels, network, self._compose.names)
+        try:
+            await self._pod.create()
+            if network != "none":
+                await asyncio.to_thread(isolate_ports)  # before any service listens
+            await pod.start_in_order(self._compose, functools.partial(self._add_to_pod, self._pod, image, env_args))
+        except BaseException:
+            await asyncio.shield(self._remove_pod())
+            raise
+
+    async def _add_to_pod(self, trial_pod: pod.Pod, image: str, main_env_args: list[str], service: Service) -> str:
+        """Start one service's container in the trial's pod (main's with the main image and options); its id."""
+        name = f"{trial_pod.name}-{service.name}"
+        if service.name == MAIN:
+            self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
+            return self._container
+        with _env_file({**proxy_variables(), **service.environment}) as env_args:
+            options = [*self._service_options(service), *env_args]
+            container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
+        self._services[service.name] = container
+        return container
+
+    def _isolation_options(self, service: str) -> list[str]:
+        """What every container of the trial gets: owner labels, the process limit, the seccomp profile."""
         args = [
-            "run", "--detach", "--init", "--name", name,
             "--label", f"{LABEL_OWNER}={janitor.owner_token()}", "--label", f"{LABEL_TRIAL}={self.session_id}",
-            "--network", network, "--pids-limit", str(self._pids_limit),
+            "--label", f"{LABEL_SERVICE}={service}", "--pids-limit", str(self._pids_limit),
         ]  # fmt: skip
         if profile := seccomp_profile():
             args += ["--security-opt", f"seccomp={profile}"]
         else:
             self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl.")
+        return args
+
+    def _main_options(self) -> list[str]:
+        """The main container's options, less its network: isolation, the task's resources, mounts, ``/tests``."""
+        args = ["--init", *self._isolation_options(MAIN)]
         if cpus := self._effective_cpus:
             args += ["--cpus", str(cpus)]
         if memory_mb := self._effective_memory_mb or self._default_memory_mb:
             args += ["--memory", f"{memory_mb}m"]
-        if workdir := self.task_env_config.workdir or service.working_dir:
+        if workdir := self.task_env_config.workdir or self._main.working_dir:
             args += ["--workdir", workdir]
-        args += service.run_args()
+        args += self._main.run_args()
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
-        if self._protect_tests:
-            self._tests_folder = self._tests_folder or _tests_folder()
+        if self._tests_folder is not None:
             args += ["--volume", f"{self._tests_folder}:{TESTS_DIR}:ro"]
-        with _env_file({**proxy_variables(), **service.environment, **self._startup_env()}) as env_args:
-            try:
-                done = await podman(*args, *env_args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
-            except (asyncio.CancelledError, TimeoutError):
-                # The container may exist already: it is named, so it can go before we do.
-                await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
-                raise
-        self._container = done.check(f"starting a container from {image}").text
-        if network != "none":
-            await asyncio.to_thread(isolate_ports)
-        await self._ensure_log_dirs(image)
-        if service.healthcheck:
-            await self._wait_healthy(service.healthcheck)
-        await self._upload_environment_dir_after_start()
+        return args
+
+    def _service_options(self, service: Service) -> list[str]:
+        """A compose service's options: the same isolation as main, no host mounts, and the
+        default memory cap (the task's own resources are main's, as in Harbor)."""
+        args = [*self._isolation_options(service.name), "--memory", f"{self._default_memory_mb}m", *service.run_args()]
+        if service.working_dir:
+            args += ["--workdir", service.working_dir]
+        return args
 
     async def _ensure_log_dirs(self, image: str) -> None:
         """Harbor's writable mount targets, if any; this first exec doubles as the readiness check.
@@ -247,29 +321,29 @@ class ContainerEnvironment(BaseEnvironment):
             await asyncio.sleep(0.1)
         raise RuntimeError(f"the container from {image} did not accept commands within 5 s: {result.stderr[-500:] if result.stderr else ''}")
 
-    async def _wait_healthy(self, check: str, timeout_sec: float = 120, interval_sec: float = 1) -> None:
-        """The compose service's healthcheck, run until it passes: a service the tests use must be up first."""
-        deadline = asyncio.get_running_loop().time() + timeout_sec
-        while True:
-            result = await self.exec(check, user="root", timeout_sec=30)
-            if result.return_code == 0:
-                return
-            if asyncio.get_running_loop().time() > deadline:
-                output = ((result.stdout or "") + (result.stderr or ""))[-1000:]
-                raise RuntimeError(f"the compose healthcheck ({check}) did not pass within {timeout_sec:g} s; last output:\n{output}")
-            await asyncio.sleep(interval_sec)
-
     @override
     async def stop(self, delete: bool) -> None:
-        """Remove the container and everything in it; images stay cached whatever ``delete`` says."""
+        """Remove the container (or the pod, with every service in it); images stay cached whatever ``delete`` says."""
         container, self._container = self._container, None
         if self._tests_folder is not None:
             await asyncio.to_thread(shutil.rmtree, self._tests_folder, True)
             self._tests_folder = None
-        if container:
+        if self._pod is not None:
+            await asyncio.shield(self._remove_pod())
+        elif container:
             removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=60))
             if removed.returncode != 0:
                 self.logger.warning(f"Removing container {container} failed: {removed.stderr.decode(errors='replace').strip()}")
+
+    async def _remove_pod(self) -> None:
+        trial_pod, self._pod = self._pod, None
+        self._container = None
+        self._services.clear()
+        if trial_pod is None:
+            return
+        removed = await trial_pod.remove()
+        if removed.returncode != 0:
+            self.logger.warning(f"Removing pod {trial_pod.name} failed: {removed.stderr.decode(errors='replace').strip()}")
 
     # ------------------------------------------------------------------ commands
 
@@ -282,25 +356,48 @@ class ContainerEnvironment(BaseEnvironment):
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
-        container = self._require_container()
+        shell = ["bash", "-c", command]
+        return await self._exec_in(self._require_container(), shell, cwd or self.task_env_config.workdir, self._merge_env(env) or {}, timeout_sec, self._resolve_user(user))
+
+    @override
+    async def service_exec(
+        self,
+        command: str,
+        *,
+        service: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        """A command in one compose service (Harbor's collect hooks): ``sh -c``, since a service's
+        image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
+        if self.is_main_service(service):
+            return await self.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
+        return await self._exec_in(self._service_container(service), ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
+
+    async def _exec_in(
+        self, container: str, argv: list[str], workdir: str | None, variables: dict[str, str], timeout_sec: int | None, user: str | int | None
+    ) -> ExecResult:
+        """``podman exec`` of ``argv``; on timeout or cancellation every process it started is killed."""
         marker = secrets.token_hex(8)
         args = ["exec", "--env", f"{_EXEC_MARKER}={marker}"]
-        if (resolved := self._resolve_user(user)) is not None:
-            args += ["--user", str(resolved)]
-        if cwd or self.task_env_config.workdir:
-            args += ["--workdir", cwd or self.task_env_config.workdir]
-        with _env_file(self._merge_env(env) or {}) as env_args:
+        if user is not None:
+            args += ["--user", str(user)]
+        if workdir:
+            args += ["--workdir", workdir]
+        with _env_file(variables) as env_args:
             process = await asyncio.create_subprocess_exec(
-                podman_path(), *args, *env_args, container, "bash", "-c", command,
+                podman_path(), *args, *env_args, container, *argv,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             try:
                 stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
             except TimeoutError:
-                await asyncio.shield(self._kill_exec(process, marker))
+                await asyncio.shield(self._kill_exec(container, process, marker))
                 raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
             except asyncio.CancelledError:
-                await asyncio.shield(self._kill_exec(process, marker))
+                await asyncio.shield(self._kill_exec(container, process, marker))
                 raise
         return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
 
@@ -322,15 +419,15 @@ class ContainerEnvironment(BaseEnvironment):
         await process.wait()
         return stdout, stderr
 
-    async def _kill_exec(self, process: asyncio.subprocess.Process, marker: str) -> None:
-        """Kill every process the exec started inside the container (they carry its marker)."""
-        if self._container:
+    async def _kill_exec(self, container: str, process: asyncio.subprocess.Process, marker: str) -> None:
+        """Kill every process the exec started inside ``container`` (they carry its marker)."""
+        if container in (self._container, *self._services.values()):
             script = (
                 f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
                 f"grep -qx {_EXEC_MARKER}={marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
             )
             with contextlib.suppress(Exception):
-                await podman("exec", "--user", "root", self._container, "sh", "-c", script, timeout=30)
+                await podman("exec", "--user", "root", container, "sh", "-c", script, timeout=30)
         if process.returncode is None:
             process.kill()
         with contextlib.suppress(Exception):
@@ -340,6 +437,19 @@ class ContainerEnvironment(BaseEnvironment):
         if not self._container:
             raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
         return self._container
+
+    def _service_container(self, service: str) -> str:
+        if service not in self._services:
+            running = ", ".join(self._services) or "none"
+            raise RuntimeError(f"{self.session_id}: no compose service {service!r} is running (running beside main: {running}).")
+        return self._services[service]
+
+    @override
+    async def stop_service(self, service: str) -> None:
+        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
+        sidecar evidence, so processes the agent left cannot tamper with it."""
+        container = self._require_container() if self.is_main_service(service) else self._service_container(service)
+        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
     # ------------------------------------------------------------------ files
 
@@ -371,9 +481,11 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        target = Path(target_path)
+        await self._download_file_from(self._require_container(), source_path, Path(target_path))
+
+    async def _download_file_from(self, container: str, source_path: str, target: Path) -> None:
         with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
-            await self._get(source_path, Path(scratch), strip=0)
+            await self._get(source_path, Path(scratch), strip=0, container=container)
             copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
             if len(copied) != 1:
                 raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
@@ -384,8 +496,22 @@ class ContainerEnvironment(BaseEnvironment):
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         await self._get(source_dir, Path(target_dir), strip=1)
 
-    async def _get(self, source: str, target: Path, *, strip: int) -> None:
-        container = self._require_container()
+    @override
+    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str | None = None) -> None:
+        """A file from one compose service (Harbor's sidecar artifacts), copied out as main's are."""
+        if self.is_main_service(service):
+            return await self.download_file(source_path, target_path)
+        await self._download_file_from(self._service_container(service), source_path, Path(target_path))
+
+    @override
+    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str | None = None) -> None:
+        """A folder from one compose service, copied out as main's are."""
+        if self.is_main_service(service):
+            return await self.download_dir(source_dir, target_dir)
+        await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
+
+    async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
+        container = container or self._require_container()
         limit = self._max_copy_bytes
         with tempfile.TemporaryFile() as archive:
             process = await asyncio.create_subprocess_exec(
@@ -458,36 +584,52 @@ def image_resolver(
     return ImageResolver(settings)
 
 
-def check_environment_definition(environment_dir: Path, docker_image: str | None) -> ServiceSettings | None:
-    """The single-service compose file's settings, if any; refuse what this sandbox cannot start
-    (compose keys it cannot honour, several services, neither a Dockerfile nor an image)."""
-    service = compose.main_service(environment_dir, str(TESTS_DIR))
+def check_environment_definition(environment_dir: Path, docker_image: str | None) -> Project | None:
+    """The task's compose project, if any; refuse what this sandbox cannot start (compose keys
+    it cannot honour, neither a Dockerfile nor an image)."""
+    project = compose.load(environment_dir, str(TESTS_DIR))
     if not (environment_dir / "Dockerfile").is_file():
-        require_agent_environment_definition(environment_dir, docker_image=docker_image or (service.image if service else None))
-    return service
+        require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
+    return project
 
 
-def with_service_image(config: EnvironmentConfig, service: ServiceSettings | None) -> EnvironmentConfig:
+def with_service_image(config: EnvironmentConfig, service: Service | None) -> EnvironmentConfig:
     """The task's environment config, its image the compose service's when it names one."""
     return config.model_copy(update={"docker_image": service.image}) if service and service.image else config
+
+
+async def service_images(
+    resolver: ImageResolver, project: Project | None, name: str, config: EnvironmentConfig, *, build: bool = True,
+    warn: logging.Logger | logging.LoggerAdapter,
+) -> dict[str, str]:  # fmt: skip
+    """The image of each compose service beside main, by service name (built, or found by content)."""
+    services = project.services.values() if project else ()
+    return {
+        service.name: await resolver.service_image(service, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)  # type: ignore[arg-type]
+        for service in services
+    }
 
 
 async def prepare_task_image(
     task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
 ) -> tuple[str, Path | None]:
-    """Build (or find) the image of the task in ``task_dir`` as its trials will: the prewarm step.
+    """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
 
-    Returns the image and the build log when this call built it (``None`` for a cached or
-    prebuilt image). A failed build raises :class:`ImageBuildError` with the log's tail.
-    ``build=False`` (``prefect-harbor check``) stops before building: the environment
-    definition, the Dockerfile's FROM lines and its bases are checked, and nothing is pulled.
+    Returns the main image and its build log when this call built it (``None`` for a cached
+    or prebuilt image); the images of its compose services are built too. A failed build
+    raises :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor
+    check``) stops before building: the environment definition, the Dockerfiles' FROM lines
+    and their bases are checked, and nothing is pulled.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    service = check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
     resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build})  # fresh: its build count is this call's
     name = config.task.short_name if config.task else task_dir.name
-    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, service), build=build, warn=logger)
-    return image, (resolver.log_path(image) if resolver.builds else None)
+    main = project.main if project else None
+    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=build, warn=logger)
+    built = resolver.builds
+    await service_images(resolver, project, name, config.environment, build=build, warn=logger)
+    return image, (resolver.log_path(image) if built else None)
 
 
 def _volume(mount: dict) -> str:

@@ -23,6 +23,8 @@ CONF_DIR = Path(__file__).parent
 #: Label keys on every container this project starts (the janitor finds them by these).
 LABEL_OWNER = "io.prefect-harbor.owner"
 LABEL_TRIAL = "io.prefect-harbor.trial"
+#: The compose service a container runs (``main`` for the trial's own container).
+LABEL_SERVICE = "io.prefect-harbor.service"
 #: The engine's default seccomp profile, which trials get less the syscalls in :data:`DENIED_SYSCALLS`.
 DEFAULT_SECCOMP_PROFILE = Path("/usr/share/containers/seccomp.json")
 #: Without a user namespace a container's root is the host's root and shares its kernel

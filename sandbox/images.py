@@ -32,6 +32,7 @@ from harbor.environments.definition import should_use_prebuilt_docker_image
 from harbor.models.task.config import EnvironmentConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
+from prefect_harbor.sandbox.compose import Service
 from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.standins import shipped_stand_in
@@ -187,11 +188,25 @@ class ImageResolver:
             return await self.resolve(config.docker_image, warn=warn)
         return await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
 
-    async def ensure_built(
-        self, environment_dir: Path, name: str, *, timeout_sec: float, build: bool = True, warn: logging.Logger = logger
+    async def service_image(
+        self, service: Service, name: str, *, timeout_sec: float, build: bool = True, warn: logging.Logger = logger
     ) -> str:
-        """The tag of the task's image, building it (with ``build``) unless an identical one exists."""
-        dockerfile = environment_dir / "Dockerfile"
+        """The image of a compose service beside main: built from its own context, or its ``image``
+        found as a base is (local, pulled, bootstrapped or a stand-in)."""
+        if service.build is not None:
+            return await self.ensure_built(
+                service.build.context, f"{name}.{service.name}", dockerfile=service.build.dockerfile, timeout_sec=timeout_sec, build=build, warn=warn
+            )
+        assert service.image is not None, "compose.load refuses a service without build or image"
+        return await self.resolve(service.image, warn=warn)
+
+    async def ensure_built(
+        self, environment_dir: Path, name: str, *, timeout_sec: float, dockerfile: Path | None = None, build: bool = True,
+        warn: logging.Logger = logger,
+    ) -> str:  # fmt: skip
+        """The tag of the image built from ``environment_dir`` (and its ``Dockerfile``, or
+        ``dockerfile``), building it (with ``build``) unless an identical one exists."""
+        dockerfile = dockerfile or environment_dir / "Dockerfile"
         text = lower_heredocs(dockerfile.read_text())
         try:
             froms = parse_from_lines(text)
@@ -218,11 +233,11 @@ class ImageResolver:
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
                     async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
-                        await self._build(environment_dir, name, text, bases, tag, timeout_sec)
+                        await self._build(environment_dir, dockerfile, name, text, bases, tag, timeout_sec)
         self._known[tag] = tag
         return tag
 
-    async def _build(self, context: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float) -> None:
+    async def _build(self, context: Path, dockerfile: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float) -> None:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(tag)
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
@@ -252,7 +267,7 @@ class ImageResolver:
         self.builds += 1
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-15:]
-            raise ImageBuildError(f"building the task image from {context / 'Dockerfile'} failed (log: {log_path}):\n" + "\n".join(tail), log_path)
+            raise ImageBuildError(f"building the task image from {dockerfile} failed (log: {log_path}):\n" + "\n".join(tail), log_path)
 
     def log_path(self, tag: str) -> Path:
         return self.settings.log_dir / f"{_sanitize(tag)}.log"

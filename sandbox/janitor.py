@@ -1,14 +1,14 @@
-"""No container outlives the process that started it.
+"""No container (or pod) outlives the process that started it.
 
-Every container is labelled with its owner: this process's pid and start time (so a
+Every container, and every pod of a multi-service task, is labelled with its owner: this process's pid and start time (so a
 reused pid is not mistaken for the owner). Two mechanisms remove orphans:
 
 * a **watchdog** per owner process, started with its first container: a small shell in a
   session of its own that ignores the terminal's and the worker's signals and blocks on a
   pipe from the owner. When the owner dies by any means, ``kill -9`` included, the pipe
-  closes and the watchdog removes the owner's containers, then exits;
+  closes and the watchdog removes the owner's pods and containers, then exits;
 * :func:`reap_orphans`, run at the start of every sweep and by ``prefect-harbor cleanup``,
-  removes containers whose owner is gone (for example after a reboot of the watchdog's host
+  removes pods and containers whose owner is gone (for example after a reboot of the watchdog's host
   session).
 """
 
@@ -55,6 +55,8 @@ def ensure_watchdog() -> None:
         label = shlex.quote(f"label={LABEL_OWNER}={owner_token()}")
         script = (
             'trap "" INT TERM HUP QUIT; cat >/dev/null; '
+            f"pods=$({podman} pod ps -q --filter {label}); "
+            f'[ -n "$pods" ] && {podman} pod rm -f -t 0 $pods >/dev/null 2>&1; '
             f"ids=$({podman} ps -aq --filter {label}); "
             f'[ -n "$ids" ] && {podman} rm -f -t 0 $ids >/dev/null 2>&1; exit 0'
         )
@@ -67,12 +69,24 @@ def ensure_watchdog() -> None:
 
 
 def reap_orphans() -> list[str]:
-    """Remove every container of this project whose owner process is gone; their names."""
-    listed = podman_sync("ps", "-a", "--filter", f"label={LABEL_OWNER}", "--format", f'{{{{.ID}}}} {{{{.Names}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}')
+    """Remove every pod and container of this project whose owner process is gone; their names.
+
+    Pods first: removing one removes its services' containers and its infra container too.
+    """
+    pods = _orphans("pod", "ps", name_field="Name")
+    if pods:
+        podman_sync("pod", "rm", "-f", "-t", "0", *(pid for pid, _ in pods), timeout=120)
+    containers = _orphans("ps", "-a", name_field="Names")
+    if containers:
+        podman_sync("rm", "-f", "-t", "0", *(cid for cid, _ in containers), timeout=120)
+    return [name for _, name in pods + containers]
+
+
+def _orphans(*listing: str, name_field: str) -> list[tuple[str, str]]:
+    """(id, name) of what ``podman LISTING`` shows with an owner label whose owner is gone."""
+    template = f'{{{{.ID}}}} {{{{.{name_field}}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}'
+    listed = podman_sync(*listing, "--filter", f"label={LABEL_OWNER}", "--format", template)
     if listed.returncode != 0:
         return []
-    orphans = [line.split() for line in listed.text.splitlines() if len(line.split()) == 3]
-    orphans = [(cid, name) for cid, name, owner in orphans if not owner_alive(owner)]
-    if orphans:
-        podman_sync("rm", "-f", "-t", "0", *(cid for cid, _ in orphans), timeout=120)
-    return [name for _, name in orphans]
+    rows = [line.split() for line in listed.text.splitlines() if len(line.split()) == 3]
+    return [(oid, name) for oid, name, owner in rows if not owner_alive(owner)]

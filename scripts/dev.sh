@@ -9,14 +9,16 @@ cd "$(dirname "$0")/.."
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 # System tools: the daemonless container engine (podman, buildah, runc; tini as the
-# containers' init; debootstrap for base images from Debian's mirror), git (git task
-# sources) and, for the test suite's UI checks, chromium.
+# containers' init; catatonit, from which podman builds the pause image of a multi-service
+# task's pod; debootstrap for base images from Debian's mirror), git (git task sources)
+# and, for the test suite's UI checks, chromium.
 ensure_system_packages() {
     local missing=()
     command -v podman >/dev/null || missing+=(podman)
     command -v buildah >/dev/null || missing+=(buildah)
     command -v runc >/dev/null || missing+=(runc)
     [ -x /usr/bin/tini-static ] || missing+=(tini)
+    command -v catatonit >/dev/null || missing+=(catatonit)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     command -v iptables >/dev/null || missing+=(iptables)
     command -v git >/dev/null || missing+=(git)

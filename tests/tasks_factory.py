@@ -17,6 +17,39 @@ BASE_DOCKERFILE = (
 )
 
 
+#: A task's ``api`` service: python's http.server on port 8000 serving /srv, built from its own
+#: context (``environment/api/``) on the shared test image, so only its COPY layer is new.
+API_FILES = {
+    "api/Dockerfile": BASE_DOCKERFILE + "COPY answer.txt /srv/\n",
+    "api/answer.txt": "42\n",
+}
+#: main waits for ``api`` to be healthy, as a task with a web service its tests call does.
+API_COMPOSE = """services:
+  main:
+    depends_on:
+      api: {condition: service_healthy}
+  api:
+    build: ./api
+    command: python3 -m http.server 8000 --directory /srv
+    environment: {PYTHONUNBUFFERED: "1"}
+    healthcheck:
+      test: [CMD, python3, -c, "import urllib.request; urllib.request.urlopen('http://localhost:8000/answer.txt', timeout=2)"]
+      interval: 1s
+      retries: 20
+"""
+#: Prints what ``api`` serves at ``URL`` (a shell variable), or the error.
+FETCH = "python3 -c \"import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip())\" \"$URL\""
+
+
+def write_api_task(root: Path, name: str, test: str) -> Path:
+    """A two-service task: main and the ``api`` service (:data:`API_COMPOSE`), the verifier running ``test``."""
+    task = write_task(root, name, test=test)
+    for relative, text in {**API_FILES, "docker-compose.yaml": API_COMPOSE}.items():
+        (task / "environment" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (task / "environment" / relative).write_text(text)
+    return task
+
+
 def write_task(root: Path, name: str, solve: str = "true", test: str = "echo 1 > /logs/verifier/reward.txt") -> Path:
     """A task whose oracle runs ``solve`` and whose verifier runs ``test`` (bash)."""
     task = root / name

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefect_harbor.cli import app
-from tasks_factory import write_task
+from tasks_factory import BASE_IMAGE, write_task
 
 
 def check(*args: str) -> tuple[int, str]:
@@ -49,18 +49,21 @@ def test_check_refuses_an_unparsable_task_toml(tasks):
 
 
 def test_check_refuses_a_compose_task_it_cannot_honour_naming_the_key(tasks):
-    """One service merges into the container; a second service, or a key one container cannot honour, is refused."""
+    """main merges into the container and services run beside it; a key the sandbox cannot honour
+    is refused, and a service image not in local storage is named (the sweep will try to pull it)."""
     write_task(tasks, "one-service")
     (tasks / "one-service" / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n    working_dir: /srv\n")
     environment = write_task(tasks, "two-services") / "environment"
+    (environment / "docker-compose.yaml").write_text(f"services:\n  main:\n    build: .\n  db:\n    image: {BASE_IMAGE}\n")
+    environment = write_task(tasks, "unknown-image") / "environment"
     (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n  db:\n    image: postgres:16\n")
     environment = write_task(tasks, "privileged") / "environment"
-    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n    privileged: true\n")
+    (environment / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n  db:\n    image: x\n    privileged: true\n")
     code, output = check("--tasks-dir", str(tasks))
     assert code == 1, output
-    assert "refused two-services:" in output and "2 services (main, db)" in output
-    assert "refused privileged:" in output and "services.main.privileged cannot be honoured" in output
-    assert "refused one-service" not in output
+    assert "check pulls nothing, the sweep will try to: base image 'postgres:16' is not in local storage" in output
+    assert "refused privileged:" in output and "services.db.privileged cannot be honoured" in output
+    assert "refused one-service" not in output and "refused two-services" not in output and "refused unknown-image" not in output
 
 
 def test_check_refuses_a_symlinked_task(tasks, tmp_path):

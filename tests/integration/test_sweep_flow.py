@@ -226,6 +226,21 @@ async def test_a_folder_of_terminal_bench_tasks_runs_through_harbors_migration(t
     assert not (tmp_path / "tb" / "make-file" / "task.toml").exists(), "the user's folder was changed"
 
 
+async def test_a_two_service_compose_task_scores_with_tests_that_call_its_service_by_name(tmp_path):
+    """main and an api service built from its own context: the oracle and the verifier both call it as http://api:8000."""
+    from tasks_factory import FETCH, write_api_task
+
+    solve = f'URL=http://api:8000/answer.txt; {FETCH} > /app/answer.txt'
+    check = f'URL=http://api:8000/answer.txt; [ "$({FETCH})" = "$(cat /app/answer.txt)" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt'
+    task = write_api_task(tmp_path / "tasks", "web-api", test=check)
+    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"id": "api", "metadata": {"harbor_task_id": "web-api"}}) + "\n")
+    summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tasks_dir=tmp_path / "tasks"), results=str(tmp_path / "results"))
+    (row,) = pq.read_table(summary.results_uri).to_pylist()
+    assert (row["status"], row["reward"]) == ("success", 1.0), row["err_message"]
+
+
 async def test_a_single_service_compose_task_runs_with_its_settings(tmp_path):
     """environment, working_dir, extra_hosts, entrypoint and healthcheck of the one service reach the trial's container."""
     from tasks_factory import write_task

@@ -17,19 +17,24 @@ MakeEnvironment = Callable[..., ContainerEnvironment]
 
 @pytest.fixture
 def make_environment(tmp_path: Path) -> MakeEnvironment:
-    """A factory: ``make_environment(dockerfile=..., network_mode=..., **env_kwargs)``."""
+    """A factory: ``make_environment(dockerfile=..., network_mode=..., files={path: text}, **env_kwargs)``;
+    ``files`` are written into the environment folder first (a docker-compose.yaml, service contexts)."""
     counter = iter(range(1000))
 
     def make(
         dockerfile: str = BASE_DOCKERFILE,
         network_mode: NetworkMode = NetworkMode.PUBLIC,
         task_env: EnvironmentConfig | None = None,
+        files: dict[str, str] | None = None,
         **kwargs,
     ) -> ContainerEnvironment:
         n = next(counter)
         environment_dir = tmp_path / f"task{n}" / "environment"
         environment_dir.mkdir(parents=True)
         (environment_dir / "Dockerfile").write_text(dockerfile)
+        for relative, text in (files or {}).items():
+            (environment_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+            (environment_dir / relative).write_text(text)
         trial_paths = TrialPaths(trial_dir=tmp_path / f"trial{n}")
         trial_paths.mkdir()
         return ContainerEnvironment(
