@@ -86,10 +86,10 @@ class TrialEnvironment(BaseModel):
 
 
 class TaskSourcePolicy(BaseModel):
-    """Which per-row task sources (``metadata.harbor_task``) a sweep honours.
+    """Which per-row task sources (a row's metadata.harbor_task) a sweep honours.
 
     Dataset rows are data, not code; a task brings an executable Dockerfile and verifier.
-    By default only local paths under ``tasks_dir`` are allowed.
+    By default only local paths under tasks_dir are allowed.
     """
 
     model_config = ConfigDict(title="Task sources")

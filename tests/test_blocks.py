@@ -203,3 +203,4 @@ def test_every_form_field_has_a_written_title_and_plain_help(model):
     for name, field in model.model_fields.items():
         assert field.title, f"{model.__name__}.{name} has no title"
         assert field.description and "`" not in field.description, f"{model.__name__}.{name}'s description"
+    assert "`" not in (model.model_json_schema().get("description") or ""), f"{model.__name__}'s description (the form shows a nested model's)"
