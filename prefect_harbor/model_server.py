@@ -47,9 +47,17 @@ conversation always gets the same reply, ids included. ``usage`` counts
 whitespace-separated words: ``prompt_tokens`` of the conversation, ``completion_tokens``
 of the reply.
 
+Latency (:class:`Latency`): a real model takes seconds per completion, and a sweep's
+cost at that shape (many agents waiting at once) is what benchmarks need to see. Every
+chat completion that reaches the script can wait ``seconds`` plus a jitter drawn from
+``[0, jitter)``. The jitter is a function of the seed and the request's conversation, not of
+arrival order, so the same conversation always waits the same time however many agents
+call at once. Requests are served on a thread each, so one waiting completion never holds
+up another.
+
 Run it for a demo: ``python -m prefect_harbor.model_server --script FILE [--port 0]
-[--api-key-env VAR]`` prints the base URL (``http://127.0.0.1:PORT/v1``) and serves
-until interrupted.
+[--api-key-env VAR] [--latency S [--jitter S] [--seed N]]`` prints the base URL
+(``http://127.0.0.1:PORT/v1``) and serves until interrupted.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import signal
 import sys
@@ -71,6 +80,32 @@ DEFAULT_MODEL = "scripted"
 
 class ScriptError(ValueError):
     """The model script is malformed; the message says where."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """How long each chat completion waits before its reply: ``seconds`` plus a jitter.
+
+    The jitter is uniform in ``[0, jitter)`` and keyed on ``seed`` and the request's
+    conversation, not drawn from a shared generator: concurrent agents reach the server in
+    an order that changes from run to run, and a generator's draws would follow that order.
+    """
+
+    seconds: float = 0.0
+    jitter: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.seconds) and math.isfinite(self.jitter)) or self.seconds < 0 or self.jitter < 0:
+            raise ValueError(f"latency and jitter are finite seconds >= 0, got {self.seconds!r} and {self.jitter!r}")
+
+    def delay(self, request: dict[str, Any]) -> float:
+        """Seconds to wait before answering ``request`` (the same request, the same delay)."""
+        if not self.jitter:
+            return self.seconds
+        key = json.dumps([self.seed, request.get("messages")], sort_keys=True, default=str).encode()
+        fraction = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
+        return self.seconds + self.jitter * fraction
 
 
 @dataclass(frozen=True)
@@ -218,15 +253,27 @@ class ScriptedModelServer:
     """The scripted server, in a background thread: use it as a context manager.
 
     ``with ScriptedModelServer(script, api_key="k") as server: server.base_url``
+
+    ``latency`` delays every chat completion that reaches the script (a float is that many
+    seconds, no jitter); the wait ends early when the server stops.
     """
 
-    def __init__(self, script: ModelScript | dict | str | Path, *, api_key: str | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        script: ModelScript | dict | str | Path,
+        *,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: Latency | float | None = None,
+    ):
         self.script = ModelScript.load(script)
         self.api_key = api_key or None
+        self.latency = latency if isinstance(latency, Latency) else Latency(seconds=float(latency or 0.0))
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._requests: list[RecordedRequest] = []
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server((host, port), _handler_for(self))
         self._thread: threading.Thread | None = None
 
     @property
@@ -253,6 +300,7 @@ class ScriptedModelServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # completions still waiting out their latency answer now
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
@@ -302,11 +350,24 @@ class ScriptedModelServer:
         if body.get("stream"):
             return 400, _error("streaming is not supported by the scripted model server; send stream=false", "invalid_request_error")
         reply, turn = self.script.reply_for(body)
+        self._stopping.wait(self.latency.delay(body))  # in this request's own thread
         if reply is None:
             return 400, _error(f"no scripted reply matches turn {turn} of this conversation (and the script has no default)", "invalid_request_error", "no_scripted_reply")
         if reply.get("status", 200) != 200:
             return int(reply["status"]), _error(str(reply.get("content") or "scripted failure"), "server_error")
         return 200, completion_body(body, reply, turn)
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, none of them keeping the process alive.
+
+    ``request_queue_size`` is the listen backlog: socketserver's default of 5 makes the
+    kernel drop connections when dozens of agents connect at once, and their clients
+    retry a second later: latency the script never asked for.
+    """
+
+    daemon_threads = True
+    request_queue_size = 128
 
 
 def _handler_for(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
@@ -341,14 +402,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", required=True, help="the model script (JSON; format in this module's docstring)")
     parser.add_argument("--port", type=int, default=0, help="the port (0: a free one)")
     parser.add_argument("--api-key-env", metavar="VAR", help="require the API key held in this environment variable")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="S", help="seconds each chat completion waits (default 0)")
+    parser.add_argument("--jitter", type=float, default=0.0, metavar="S", help="plus up to this many seconds, fixed per conversation")
+    parser.add_argument("--seed", type=int, default=0, help="the jitter's seed")
     args = parser.parse_args(argv)
+    try:
+        latency = Latency(seconds=args.latency, jitter=args.jitter, seed=args.seed)
+    except ValueError as error:
+        parser.error(str(error))
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             parser.error(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     try:
-        server = ScriptedModelServer(args.script, api_key=api_key, port=args.port)
+        server = ScriptedModelServer(args.script, api_key=api_key, port=args.port, latency=latency)
     except ScriptError as error:
         parser.error(str(error))
     stop = threading.Event()

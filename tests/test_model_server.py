@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from prefect_harbor.model_server import ModelScript, ScriptedModelServer, ScriptError
+from prefect_harbor.model_server import Latency, ModelScript, ScriptedModelServer, ScriptError, main
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "examples" / "model-scripts"
 SCRIPT = {
@@ -160,3 +161,69 @@ def test_command_line_refuses_an_unset_key_variable(tmp_path):
         env=env, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert completed.returncode == 2 and "NO_SUCH_KEY_VAR" in completed.stderr
+
+
+def test_latency_is_a_fixed_delay_plus_a_jitter_fixed_by_seed_and_conversation():
+    request, other = chat("hello"), chat("hello", "hi there", "ok")
+    assert Latency(1.5).delay(request) == 1.5
+    jittered = Latency(1.0, jitter=0.5, seed=7)
+    delays = {jittered.delay(chat(f"row {n}")) for n in range(50)}
+    assert all(1.0 <= d < 1.5 for d in delays) and len(delays) == 50
+    assert jittered.delay(request) == Latency(1.0, jitter=0.5, seed=7).delay(request)
+    assert jittered.delay(request) != jittered.delay(other)
+    assert jittered.delay(request) != Latency(1.0, jitter=0.5, seed=8).delay(request)
+    for bad in ({"seconds": -1.0}, {"jitter": -0.1}, {"seconds": float("nan")}):
+        with pytest.raises(ValueError, match="finite seconds"):
+            Latency(**bad)
+
+
+def test_completions_wait_their_latency_in_their_own_thread():
+    """Four completions inside their delay at the same time: a barrier of four only opens
+    if the server holds them all at once (a serial server would break it)."""
+    barrier = threading.Barrier(4, timeout=30)
+
+    class Together(Latency):
+        def delay(self, request: dict) -> float:
+            barrier.wait()
+            return 0.0
+
+    with ScriptedModelServer(SCRIPT, latency=Together()) as server:
+        results: list[int] = []
+        callers = [threading.Thread(target=lambda: results.append(call(f"{server.base_url}/chat/completions", chat("hello"))[0])) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(timeout=60)
+    assert results == [200] * 4 and not barrier.broken
+
+
+def test_the_server_waits_the_latency_and_stopping_ends_the_wait():
+    waits: list[float] = []
+    entered = threading.Event()
+
+    with ScriptedModelServer(SCRIPT, latency=Latency(3600.0, jitter=1.0, seed=1)) as server:
+        stopping = server._stopping
+        original_wait = stopping.wait
+
+        def wait(timeout: float | None = None) -> bool:
+            waits.append(timeout)
+            entered.set()
+            return original_wait(timeout)
+
+        stopping.wait = wait
+        results: list[int] = []
+        caller = threading.Thread(target=lambda: results.append(call(f"{server.base_url}/chat/completions", chat("hello"))[0]))
+        caller.start()
+        assert entered.wait(30)
+        assert call(f"{server.base_url}/models")[0] == 200, "a waiting completion holds up nobody"
+    caller.join(timeout=30)
+    assert results == [200]
+    assert waits == [Latency(3600.0, jitter=1.0, seed=1).delay(chat("hello"))]
+
+
+def test_command_line_refuses_a_negative_latency(tmp_path, capsys):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--script", str(script), "--latency", "-1"])
+    assert exit_.value.code == 2 and "finite seconds" in capsys.readouterr().err
