@@ -105,9 +105,14 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Headless Debian chromium driven by Playwright (its own browser download cannot work here)."""
+    """Headless Debian chromium driven by Playwright (its own browser download cannot work here).
+
+    Per module: while Playwright's sync API is open, its event loop runs in this thread, and
+    every asyncio test after it in the same process would fail ("cannot be called from a
+    running event loop"); closed, it leaves nothing behind.
+    """
     import shutil
 
     executable = shutil.which("chromium")
