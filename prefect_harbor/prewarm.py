@@ -4,11 +4,18 @@ One install-only Harbor trial per task (``TrialConfig.install_only``: environmen
 agent set up, no agent run, verifier off) with no credentials. A task whose environment
 or agent setup fails is known before its rows start, so its rows fail at once with that
 reason instead of each failing slowly in its own trial.
+
+A native agent's setup that passed on this host is remembered by everything it depends on (the
+task image, task.toml, the agent and its options, the mounts, the package versions): the next
+prewarm of the same setup skips the install-only trial, so a second sweep's prewarm costs
+lookups, not containers. Its rows still set up their own agent in their own trials.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import shutil
 import time
@@ -19,9 +26,11 @@ from pydantic import BaseModel, Field
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
+from prefect_harbor.pyenvs import cache_root
 from prefect_harbor.rows import DatasetRow
 from prefect_harbor.sandbox import ImageBuildError, prepare_task_image
 from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
+from prefect_harbor.storage import package_versions
 from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
 
 #: Install-only trials never call a model: their agents are wired to this unroutable address.
@@ -65,14 +74,15 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
         if backend.environment.is_local_sandbox:
             image, build_log = await prepare_task_image(task_path, environment_kwargs(backend, run), logger)
-        if backend.is_workflow:
-            await asyncio.to_thread(stage_workflow_input, row, uncredentialed, run.input_path(trial_name))
-        config = build_trial_config(uncredentialed, row, task_path, run, trial_name)
-        config.install_only = True
-        config.verifier.disable = True
-        result = await (await Trial.create(config)).run()
-        error = result.exception_info
-        message = f"{error.exception_type}: {error.exception_message}" if error else None
+        passed = passed_setup(task_path, image, backend, run)
+        if passed is not None and passed.is_file():
+            logger.info(f"{task.name}: set up before on this host with the same image, task.toml and agent; install-only trial skipped")
+            message = None
+        else:
+            message = await _install_only_trial(row, uncredentialed, task_path, run, trial_name)
+            if message is None and passed is not None:
+                passed.parent.mkdir(parents=True, exist_ok=True)
+                passed.touch()
     except RowRejected as rejected:
         message = str(rejected)
     except ImageBuildError as failed:
@@ -87,6 +97,35 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
         task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message,
         image=image, build_log=str(build_log) if build_log else None,
     )  # fmt: skip
+
+
+async def _install_only_trial(row: DatasetRow, backend: HarborBackend, task_path: Path, run: RunContext, trial_name: str) -> str | None:
+    """The environment started and the agent set up, nothing run: why it failed, or None."""
+    if backend.is_workflow:
+        await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))
+    config = build_trial_config(backend, row, task_path, run, trial_name)
+    config.install_only = True
+    config.verifier.disable = True
+    result = await (await Trial.create(config)).run()
+    error = result.exception_info
+    return f"{error.exception_type}: {error.exception_message}" if error else None
+
+
+def passed_setup(task_path: Path, image: str | None, backend: HarborBackend, run: RunContext) -> Path | None:
+    """The marker of this exact setup having passed here; None when it cannot be remembered
+    (no local image to key on, or a workflow bundle, whose setup depends on more than this)."""
+    if image is None or not backend.is_native or backend.has_bundle:
+        return None
+    setup = {
+        "image": image,
+        "task.toml": (task_path / "task.toml").read_text(),
+        "agent": backend.agent,
+        "agent_options": backend.native_agent_kwargs,
+        "mounts": run.mounts,
+        "versions": package_versions(),
+    }
+    digest = hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()
+    return cache_root() / "prewarmed" / digest
 
 
 def unknown_task(task_id: str, tasks_dir: Path) -> PrewarmResult:

@@ -61,3 +61,22 @@ async def test_the_prewarm_flow_reports_each_task_and_leaves_no_trial(tmp_path, 
     assert not by_task["bad"].ok and "image build failed" in by_task["bad"].error and by_task["bad"].build_log
     assert not by_task["missing"].ok and "unknown harbor task id 'missing'" in by_task["missing"].error
     assert not any((tmp_path / "trials").rglob("result.json"))
+
+
+async def test_a_setup_that_passed_here_is_not_set_up_again_until_it_changes(tmp_path, tasks, monkeypatch):
+    import prefect_harbor.prewarm as prewarm
+
+    monkeypatch.setenv("PREFECT_HARBOR_CACHE", str(tmp_path / "cache"))
+    (first,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
+    assert first.ok and len(list((tmp_path / "cache" / "prewarmed").iterdir())) == 1
+
+    async def must_not_run(*args, **kwargs):
+        raise AssertionError("the install-only trial ran again")
+
+    monkeypatch.setattr(prewarm, "_install_only_trial", must_not_run)
+    (second,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
+    assert second.ok, second.error
+    with (tasks / "good" / "task.toml").open("a") as toml:
+        toml.write("\n# an edit: another setup\n")
+    (third,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
+    assert not third.ok and "ran again" in third.error
