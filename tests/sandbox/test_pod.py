@@ -4,13 +4,14 @@ are isolated as main is, keep to the trial's network policy, and are gone after 
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 
 import pytest
 from harbor.models.task.config import NetworkMode
 
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_TRIAL, podman, podman_sync
-from prefect_harbor.sandbox.janitor import reap_orphans
+from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
 from prefect_harbor.sandbox.network import gateway_address
 from prefect_harbor.sandbox.pod import Pod, ServiceStartError
 from tests.tasks_factory import API_COMPOSE, API_FILES, BASE_IMAGE, FETCH
@@ -131,12 +132,16 @@ async def test_a_service_that_dies_fails_the_start_with_its_output_and_leaves_no
 
 
 async def test_the_janitor_reaps_the_pod_of_a_dead_owner():
-    dead_owner = f"{os.getpid()}.0"  # this pid, another start time: a process that is gone
-    pod = Pod(f"ph-test-orphan-{os.getpid()}", {LABEL_OWNER: dead_owner, LABEL_TRIAL: "orphan"}, "none", ["main"])
+    # Owned by a live process while it is made (a sweep running beside this test, under
+    # pytest-xdist, reaps dead owners' pods too), then the owner dies.
+    owner = subprocess.Popen(["sleep", "600"])
+    token = owner_token(owner.pid)
+    pod = Pod(f"ph-test-orphan-{os.getpid()}", {LABEL_OWNER: token, LABEL_TRIAL: "orphan"}, "none", ["main"])
     await pod.create()
-    await pod.add(f"{pod.name}-main", ["--label", f"{LABEL_OWNER}={dead_owner}"], BASE_IMAGE, ["sleep", "infinity"], [])
-    reaped = await asyncio.to_thread(reap_orphans)
-    assert pod.name in reaped
+    await pod.add(f"{pod.name}-main", ["--label", f"{LABEL_OWNER}={token}"], BASE_IMAGE, ["sleep", "infinity"], [])
+    owner.kill()
+    owner.wait()
+    await asyncio.to_thread(reap_orphans)  # this call, or a concurrent sweep's: the janitor's either way
     assert podman_sync("pod", "exists", pod.name).returncode == 1
     assert podman_sync("container", "exists", f"{pod.name}-main").returncode == 1
 
