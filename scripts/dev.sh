@@ -82,7 +82,10 @@ case "${1:-}" in
     test)
         setup test
         shift
-        exec .venv/bin/python -m pytest "$@" ;;
+        # Two processes (pytest-xdist): much of a test is waiting (podman, servers, sleeps), so two
+        # cores overlap it: 474 tests in 13 min 15 s here, where one process took over 15 min for
+        # 377. tests/conftest.py keeps a module, and the UI-server tests, in one process.
+        exec .venv/bin/python -m pytest -n 2 "$@" ;;
     *)
         echo "usage: bash scripts/dev.sh {demo|test|setup}" >&2
         exit 2 ;;

@@ -12,11 +12,38 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
+#: Where the tests on the session's `prefect server start` live (the ``ui_server`` fixture: UI,
+#: deployments, serve, workers). They share that server and its one `prefect-harbor serve`, so
+#: under pytest-xdist they run in one process, in order (see ``SuiteScheduling``).
+UI_SERVER_TESTS = ("tests/ui/", "tests/integration/test_deployments.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The process-worker tests run last: their `prefect deploy` takes the deployment names the
-    shared `prefect-harbor serve` serves, so it is stopped for them, and runs no more after."""
-    on_worker = [item for item in items if "worker" in getattr(item, "fixturenames", ())]
-    items[:] = [item for item in items if item not in on_worker] + on_worker
+    """The UI-server tests first (the longest group: started first, it does not become the tail
+    of a two-process run), and among them the process-worker tests last: their `prefect deploy`
+    takes the deployment names the shared `prefect-harbor serve` serves, so it is stopped for
+    them, and runs no more after."""
+    stray = [item.nodeid for item in items if "ui_server" in item.fixturenames and not item.nodeid.startswith(UI_SERVER_TESTS)]
+    if stray:
+        raise pytest.UsageError(f"tests on the shared ui_server must live under {UI_SERVER_TESTS} (conftest.py): {stray}")
+    on_server = [item for item in items if item.nodeid.startswith(UI_SERVER_TESTS)]
+    on_worker = [item for item in on_server if "worker" in item.fixturenames]
+    items[:] = [item for item in on_server if item not in on_worker] + on_worker + [item for item in items if item not in on_server]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (``-n 2``, what scripts/dev.sh runs): whole modules to a process, so a
+    module's fixtures (the isolation suite's sweep of probes, for one) are built once; and every
+    UI-server test to the same process."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ui-server" if module.startswith(UI_SERVER_TESTS) else module
+
+    config.option.loadscopereorder = False  # keep the collection's order: the UI-server group first
+    return SuiteScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

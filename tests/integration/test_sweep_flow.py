@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,6 +14,8 @@ from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.reporting import RESULTS_LINK_KEY, ROWS_KEY
 from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
+from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
+from prefect_harbor.sandbox.janitor import owner_token
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
@@ -23,14 +26,24 @@ def dataset_backend(tmp_path, tasks_dir=EXAMPLE_TASKS, **kwargs) -> HarborBacken
     return HarborBackend(tasks_dir=tasks_dir, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), **kwargs)
 
 
-def host_processes_matching(needle: str) -> list[int]:
+def stray_processes(needle: str) -> list[int]:
+    """Host processes whose command line holds ``needle``, except those inside a container another
+    live test process owns (under pytest-xdist the other process may be running the same task)."""
+    others = {
+        container_id
+        for container_id, owner in (line.split() for line in podman_sync("ps", "--no-trunc", "--format", f'{{{{.ID}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}').text.splitlines() if line.strip())
+        if owner != owner_token()
+    }  # fmt: skip
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(pid))
+            if needle not in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                continue
+            container = re.search(r"libpod-([0-9a-f]{64})", Path(f"/proc/{pid}/cgroup").read_text())
         except OSError:
-            pass
+            continue
+        if not (container and container.group(1) in others):
+            found.append(int(pid))
     return found
 
 
@@ -45,7 +58,7 @@ async def test_the_example_sweep_scores_every_task_and_leaves_nothing_running(tm
     count, mean = len(EXPECTED_ORACLE_REWARDS), sum(EXPECTED_ORACLE_REWARDS.values()) / len(EXPECTED_ORACLE_REWARDS)
     assert (summary.rows, summary.success, summary.mean_reward) == (count, count, pytest.approx(mean))
     # The background-process task leaves a tmux server and a ticker loop inside its sandbox.
-    assert host_processes_matching("ticker.sh") == []
+    assert stray_processes("ticker.sh") == []
     # Successful trial directories are cleaned up.
     assert not any((tmp_path / "trials").rglob("result.json"))
 
