@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from prefect_harbor.cli import app
 from prefect_harbor.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
-from prefect_harbor.flows.sweep import prepare_resume
+from prefect_harbor.flows.selection import prepare_resume
 from prefect_harbor.results import RowResult
 from prefect_harbor.storage import RunManifest, RunStore
 

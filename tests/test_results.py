@@ -53,7 +53,7 @@ def test_summary_counts_and_means():
 
 
 def test_small_sweeps_get_a_task_run_per_row_and_big_ones_batches():
-    from prefect_harbor.flows.sweep import MAX_ROWS_PER_TASK_RUN, default_rows_per_task_run
+    from prefect_harbor.flows.lanes import MAX_ROWS_PER_TASK_RUN, default_rows_per_task_run
 
     assert default_rows_per_task_run(5, 4) == 1
     assert default_rows_per_task_run(40, 4) == 1

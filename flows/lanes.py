@@ -1,0 +1,242 @@
+"""The sweep's lanes: rows admitted one at a time, each run as an asyncio task of its own.
+
+``n_concurrent`` lanes each pull the next row from the dataset only when free, so a large
+dataset never becomes thousands of pending task runs. A lane runs its rows inside task runs
+of ``trials``, up to ``rows_per_task_run`` each (Prefect's cost per task run outweighs a
+quick trial's), or, on a distributed task runner, submits each row as a ``trial`` task run
+of its own. Every row is still its own asyncio task, so a partial cancel stops one row of a
+batch; whatever happens to a row (a result, a cancel, a crash), it reaches the recorder once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import Task, get_run_logger
+from prefect.context import get_run_context
+from prefect.futures import PrefectFuture
+from prefect.states import State
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.blocks.storage import ResultsStorage
+from prefect_harbor.control import RowTracker
+from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
+from prefect_harbor.flows.recorder import Recorder
+from prefect_harbor.results import RowResult
+from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.sources import TaskResolver
+from prefect_harbor.tasks import Archiver, lane_task, run_trial, trial_and_archive
+from prefect_harbor.trials import RunContext, base_result, cancelled_result, trial_name_for
+
+Row = DatasetRow | RowProblem
+
+#: The default batch: about this many task runs per lane, and never more than this many rows in one.
+TASK_RUNS_PER_LANE = 10
+MAX_ROWS_PER_TASK_RUN = 100
+
+
+def default_rows_per_task_run(rows: int, lanes: int) -> int:
+    """One row per task run for small sweeps (each row visible in the UI), batches for big ones."""
+    return max(1, min(MAX_ROWS_PER_TASK_RUN, math.ceil(rows / (lanes * TASK_RUNS_PER_LANE))))
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """How the rows map onto Prefect task runs: how many lanes, rows per task run, which runner."""
+
+    lanes: int
+    rows_per_task_run: int
+    #: A non-default task runner (Dask): each row is submitted as its own task run.
+    distributed: bool
+    row_task: Task = run_trial
+    #: Options of the lanes' ``trials`` task runs (result persistence).
+    batch_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: HarborBackend, storage: ResultsStorage | None, run_id: str, rows_to_run: int, rows_per_task_run: int | None) -> LanePlan:
+        """The plan for this flow run: its task runner, and the results storage when it is a saved block."""
+        batch_options: dict[str, Any] = {}
+        row_task = run_trial
+        if storage is not None and storage._block_document_id is not None:
+            # Prefect's own task results persist to the same storage (a saved block is required).
+            # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
+            persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
+            batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}.json")
+            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}.json")
+        return cls(
+            lanes=config.n_concurrent,
+            rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.n_concurrent),
+            distributed=not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner),
+            row_task=row_task,
+            batch_options=batch_options,
+        )
+
+    def announce(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Say where rows run, when it is not one inline task run per row."""
+        if self.distributed:
+            logger.info(f"Rows run on {type(get_run_context().task_runner).__name__}, one task run each; trial directories stay on its workers")
+        elif self.rows_per_task_run > 1:
+            logger.info(f"Up to {self.rows_per_task_run} rows per task run (rows_per_task_run)")
+
+
+@dataclass(frozen=True)
+class TrialRunner:
+    """Runs one row's trial: inline, inside the lane's task run, or as its own task run on the distributed runner."""
+
+    config: HarborBackend
+    resolver: TaskResolver
+    run: RunContext
+    archiver: Archiver
+    plan: LanePlan
+
+    async def __call__(self, row: Row, index: int, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
+        if not self.plan.distributed:
+            return await trial_and_archive(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading)
+        # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
+        future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver)
+        try:
+            (result,) = await rows_of(future)
+            return result
+        except asyncio.CancelledError:
+            future.wrapped_future.cancel()  # a queued row never starts; a running one ends with its worker task
+            raise
+
+
+class Admission:
+    """The next row a free lane may run, read from the dataset only then; rows kept from a resumed run are skipped."""
+
+    def __init__(self, rows: Iterator[tuple[int, Row]], kept_indexes: frozenset[int], recorder: Recorder, scope: CancelScope):
+        self._rows = rows
+        self._kept_indexes = kept_indexes  # the kept rows themselves are in the tally and the store
+        self._recorder = recorder
+        self._scope = scope
+
+    def __call__(self) -> tuple[int, Row] | None:
+        """The next row to run: None when done or stopping."""
+        if self._scope.requested.is_set():
+            return None
+        for index, row in self._rows:
+            if index in self._kept_indexes:
+                self._recorder.skip()
+                continue
+            return index, row
+        return None
+
+    def never_admitted(self) -> list[tuple[int, Row]]:
+        """The rows left when the sweep stopped (read now), kept rows excepted."""
+        return [(index, row) for index, row in self._rows if index not in self._kept_indexes]
+
+
+@dataclass
+class Lanes:
+    """``plan.lanes`` lanes running admitted rows until the dataset is done or the sweep stops."""
+
+    plan: LanePlan
+    trials: TrialRunner
+    admission: Admission
+    recorder: Recorder
+    #: Each row's live status (the control channel publishes it; cancel requests mark rows in it).
+    tracker: RowTracker
+    scope: CancelScope
+    logger: logging.Logger | logging.LoggerAdapter
+    #: Row id -> its asyncio task, while it runs.
+    _running: dict[str, asyncio.Task[RowResult]] = field(default_factory=dict, init=False)
+    _batch_task: Task = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._batch_task = lane_task(self.admission, self._start_row, **self.plan.batch_options)
+
+    async def run(self) -> None:
+        """Run every lane; on a cancellation request, cancel the running rows and let the lanes wind down."""
+        lanes = {asyncio.create_task(self._lane()) for _ in range(self.plan.lanes)}
+        await wait_or_cancel(lanes, self.scope, cancel=lambda: list(self._running.values()))
+
+    def cancel(self, row_id: str) -> None:
+        """Stop one running row (a partial cancel); it is recorded as cancelled."""
+        if row_id in self._running:
+            self._running[row_id].cancel()
+
+    async def record_never_started(self) -> None:
+        """The rows no lane admitted before the sweep stopped: recorded as cancelled."""
+        never_started = self.admission.never_admitted()
+        if never_started:
+            await self.recorder.record_never_started(never_started)
+            for _, row in never_started:
+                self.tracker.set(row.id, "cancelled")
+
+    async def _lane(self) -> None:
+        """Run rows one after another until the dataset is done or the sweep stops."""
+        while (item := self.admission()) is not None:
+            index, row = item
+            if self.plan.distributed:
+                await self._start_row(index, row)
+                continue
+            label = f"row {row.id}" if self.plan.rows_per_task_run == 1 else f"rows from {row.id}"
+            try:
+                state = await self._batch_task(label, index, row, self.plan.rows_per_task_run, return_state=True)
+                await rows_of(state)  # raises what the task run raised, if it did not return its rows' state
+            except Exception as error:  # Prefect could not run the task run (its API is away): the rows it held are not lost
+                self.logger.exception(f"The task run for {label} failed")
+                if self.tracker.statuses.get(row.id) == "queued":
+                    self.tracker.set(row.id, "failure")
+                    await asyncio.shield(self.recorder.record(internal_error(row, index, error, self.trials.config)))
+
+    async def _start_row(self, index: int, row: Row) -> RowResult:
+        """Run the row as its own asyncio task, so a partial cancel request can stop just this row."""
+        self._running[row.id] = asyncio.create_task(self._one_row(index, row))
+        try:
+            return await self._running[row.id]
+        finally:
+            self._running.pop(row.id, None)
+
+    def _deliberate(self, row: Row) -> bool:
+        """Whether stopping this row was asked for: the whole sweep, or the row by a cancel request."""
+        return self.scope.requested.is_set() or row.id in self.tracker.cancelled_ids
+
+    async def _one_row(self, index: int, row: Row) -> RowResult:
+        """The row's trial to its recorded result row, whatever happens to it."""
+        config, run = self.trials.config, self.trials.run
+        trial_name = trial_name_for(row.id)
+        try:
+            if self._deliberate(row):  # cancelled while queued, or the sweep stopped before the row began
+                result = cancelled_result(base_result(row, index, config), None, None, started=False)
+            else:
+                self.tracker.set(row.id, "running")
+                result = await self.trials(row, index, trial_name, on_grading=lambda: self.tracker.set(row.id, "grading"))
+        except asyncio.CancelledError:
+            if not self._deliberate(row):
+                raise
+            asyncio.current_task().uncancel()  # we asked for it: record the row, then finish
+            result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+        except Exception as error:  # a bug must cost one row, never the sweep
+            if self._deliberate(row):
+                result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+            else:
+                self.logger.exception(f"Row {row.id} crashed the trial task")
+                result = internal_error(row, index, error, config)
+        self.tracker.set(row.id, result.status)
+        return await asyncio.shield(self.recorder.record(result))
+
+
+def internal_error(row: Row, index: int, error: Exception, config: HarborBackend) -> RowResult:
+    """The result row of a row the sweep itself failed (a bug, or Prefect unable to run its task run)."""
+    return base_result(row, index, config).model_copy(
+        update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
+    )
+
+
+async def rows_of(ran: State | PrefectFuture) -> list[RowResult]:
+    """The rows a trials task run returned in its (Completed, Failed or Cancelled) state, or what it raised."""
+    if isinstance(ran, PrefectFuture):
+        value = await asyncio.to_thread(ran.result, raise_on_failure=False)
+    else:
+        value = await ran.aresult(raise_on_failure=False)
+    if isinstance(value, BaseException):
+        raise value
+    return value

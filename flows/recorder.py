@@ -1,0 +1,81 @@
+"""Every result row on its way into the run folder: archived, written, counted and shown once.
+
+A result row reaches the flow from several places: a finished trial (archived in its task
+run), a row the flow cancelled, a row whose task run Prefect could not run, rows that never
+started. Each must be redacted, archived if no task run did, written as a part, counted in
+the run's tally and shown in the progress artifact, exactly once. The recorder is that one
+path, and it keeps counts only: the flow holds no rows, however large the sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prefect_harbor.flows.reporting import Progress
+from prefect_harbor.results import RowResult, RunTally, SweepSummary
+from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.secrets import Redactor
+from prefect_harbor.storage import RunStore
+from prefect_harbor.tasks import Archiver
+from prefect_harbor.tasks.trial import log_outcome
+from prefect_harbor.trials import base_result, cancelled_result
+
+#: Rows that never started are written this many to a part.
+NEVER_STARTED_BATCH = 1000
+
+
+@dataclass
+class Recorder:
+    """Archives, writes, tallies and shows the progress of every result row of the run."""
+
+    store: RunStore
+    archiver: Archiver
+    redactor: Redactor
+    progress: Progress
+    #: The run's counts (a resumed run's kept rows included): its summary and report come from them.
+    tally: RunTally
+    logger: logging.Logger | logging.LoggerAdapter
+
+    async def start(self) -> None:
+        """Show the progress artifact (at 0 %)."""
+        await self.progress.start()
+
+    def skip(self) -> None:
+        """A row kept from a resumed run: already written and counted, shown as done."""
+        self.progress.skip()
+
+    async def record(self, result: RowResult) -> RowResult:
+        """Write one finished row: redacted, archived if its task run did not, counted, shown."""
+        result = self.redactor.model(result)  # rows that never reached the archiver (internal errors) too
+        if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others were archived (and logged) in their task run
+            result = await asyncio.to_thread(self.archiver, result, self.logger)
+            log_outcome(result, self.logger)
+        await asyncio.to_thread(self.store.write_row, result)
+        self.tally.add(result)
+        await self.progress.advance()
+        return result
+
+    async def record_never_started(self, rows: list[tuple[int, DatasetRow | RowProblem]]) -> None:
+        """Rows that never reached a sandbox are still result rows: ``cancelled``, in batches."""
+        await asyncio.to_thread(self._write_never_started, rows)
+
+    def summary(self, run_id: str, results_uri: str) -> SweepSummary:
+        """The run's summary from the tally, naming any files the storage refused."""
+        store = self.store
+        return self.tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
+
+    async def finish(self) -> None:
+        """The progress artifact's final count."""
+        await self.progress.finish(self.tally.rows)
+
+    def _write_never_started(self, rows: Iterable[tuple[int, DatasetRow | RowProblem]]) -> None:
+        backend = self.archiver.backend
+        results = (cancelled_result(base_result(row, index, backend), None, None, started=False) for index, row in rows)
+        for chunk in itertools.batched(results, NEVER_STARTED_BATCH):
+            self.store.write_rows(list(chunk))
+            for result in chunk:
+                self.tally.add(result)
