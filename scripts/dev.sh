@@ -83,8 +83,8 @@ case "${1:-}" in
         setup test
         shift
         # Two processes (pytest-xdist): much of a test is waiting (podman, servers, sleeps), so two
-        # cores overlap it: 474 tests in 13 min 15 s here, where one process took over 15 min for
-        # 377. tests/conftest.py keeps a module, and the UI-server tests, in one process.
+        # cores overlap it: 469 tests in 10 min 26 s here, where one process took 15 min for 367.
+        # tests/conftest.py keeps a module, and the UI-server tests, in one process.
         exec .venv/bin/python -m pytest -n 2 "$@" ;;
     *)
         echo "usage: bash scripts/dev.sh {demo|test|setup}" >&2
