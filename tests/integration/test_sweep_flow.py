@@ -18,6 +18,7 @@ from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
 
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
+from test_cancellation import marked_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -34,17 +35,17 @@ def stray_processes(needle: str) -> list[int]:
         for container_id, owner in (line.split() for line in podman_sync("ps", "--no-trunc", "--format", f'{{{{.ID}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}').text.splitlines() if line.strip())
         if owner != owner_token()
     }  # fmt: skip
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if needle not in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                continue
-            container = re.search(r"libpod-([0-9a-f]{64})", Path(f"/proc/{pid}/cgroup").read_text())
-        except OSError:
-            continue
-        if not (container and container.group(1) in others):
-            found.append(int(pid))
-    return found
+    # A process that exited meanwhile is not stray: its /proc entry is gone after container_of read it.
+    return [pid for pid in marked_processes(needle) if container_of(pid) not in others and os.path.exists(f"/proc/{pid}")]
+
+
+def container_of(pid: int) -> str | None:
+    """The id of the podman container whose cgroup holds ``pid`` (None: none, or the process is gone)."""
+    try:
+        found = re.search(r"libpod-([0-9a-f]{64})", Path(f"/proc/{pid}/cgroup").read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 async def test_the_example_sweep_scores_every_task_and_leaves_nothing_running(tmp_path):
