@@ -1,6 +1,6 @@
 """Model-backed rows: terminus-2 against a model with latency, the sweep against Harbor's Job.
 
-    .venv/bin/python benchmarks/model_backed.py --rows 200 --concurrency 16,32 --latency 1.0
+    .venv/bin/python benchmarks/model_backed.py --rows 200 --concurrency 16,32 --latency 1.0 --interleave
 
 Real sweeps hold an agent for minutes per row, many at once, and terminus-2's loop runs in
 the sweep's own process: this is that shape, on the one fake part (the model). One
@@ -354,6 +354,38 @@ def report(rows: int, concurrency: int, harbor: dict, sweep: dict, footprint: di
     print(f"ratio={ratio:.3f} overhead_ms={overhead_ms:.1f} peak_rss_mb={sweep['peak_rss_mb']:.0f} loop_p99_ms={sweep['lag_p99_ms']:.1f}")
 
 
+def phases(rows: int, interleave: bool) -> list[tuple[str, int]]:
+    """The runs of one concurrency, in order: Harbor then the sweep, or with ``interleave`` each
+    runner's rows in two halves, Harbor, sweep, sweep, Harbor (ABBA), so a load that drifts
+    during the invocation weighs on both runners alike."""
+    if not interleave:
+        return [("harbor", rows), ("sweep", rows)]
+    first, second = rows // 2, rows - rows // 2
+    return [("harbor", first), ("sweep", first), ("sweep", second), ("harbor", second)]
+
+
+def merge(parts: list[dict]) -> dict:
+    """One runner's figures over its halves: times, counts and CPU add up, samples pool, peaks are maxima."""
+    if len(parts) == 1:
+        return parts[0]
+    added = ("wall_s", "rewarded", "trials_started", "trials_on_sampled_loop", "process_cpu_s", "children_cpu_s", "server_cpu_s", "model_cpu_s")
+    pooled = ("trial_s", "lag_ms", "control_lag_ms")
+    merged = {key: sum(p[key] for p in parts) for key in added}
+    merged |= {key: [value for p in parts for value in p[key]] for key in pooled}
+    merged |= {
+        "peak_rss_mb": max(p["peak_rss_mb"] for p in parts),
+        "baseline_rss_mb": statistics.mean(p["baseline_rss_mb"] for p in parts),
+        "steady_rss_mb": statistics.mean(p["steady_rss_mb"] for p in parts if p["steady_rss_mb"] is not None),
+        "cpu_s": {name: sum(p["cpu_s"].get(name, 0.0) for p in parts) for name in {n for p in parts for n in p["cpu_s"]}},
+        "load_before": " / ".join(p["load_before"] for p in parts),
+        "load_after": " / ".join(p["load_after"] for p in parts),
+        "errors": sorted({e for p in parts for e in p.get("errors") or []}),
+    }
+    if "statuses" in parts[0]:
+        merged["statuses"] = {s: sum(p["statuses"].get(s, 0) for p in parts) for s in {s for p in parts for s in p["statuses"]}}
+    return merged
+
+
 def main(arguments: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="model-backed-", dir=arguments.scratch))
     print(f"{arguments.rows} terminus-2 rows of {TASK}, concurrency {arguments.concurrency}, latency {arguments.latency} s "
@@ -366,17 +398,25 @@ def main(arguments: argparse.Namespace) -> None:
             env = {**env, "PREFECT_API_URL": api, "PREFECT_HOME": str(scratch / "client-home")}
             for concurrency in arguments.concurrency:
                 spec = {"rows": arguments.rows, "concurrency": concurrency, "tasks_dir": str(scratch / "tasks"), "base_url": base_url}
-                results = {}
-                for mode in ("harbor", "sweep"):
+                halves: dict[str, list[dict]] = {"harbor": [], "sweep": []}
+                for n, (mode, rows) in enumerate(phases(arguments.rows, arguments.interleave)):
                     before = (load(), session_cpu(server_pid), process_cpu(model.pid))
-                    result = run_child(mode, {**spec, "scratch": str(scratch / f"c{concurrency}" / mode)}, env)
+                    result = run_child(mode, {**spec, "rows": rows, "scratch": str(scratch / f"c{concurrency}" / f"{n}-{mode}")}, env)
                     result.update(load_before=before[0], load_after=load(), server_cpu_s=session_cpu(server_pid) - before[1], model_cpu_s=process_cpu(model.pid) - before[2])
+                    halves[mode].append(result)
+                    print(f"  {mode} at {concurrency}, {rows} rows: {result['wall_s']:.1f} s, load {before[0]} -> {result['load_after']}", flush=True)
+                results = {mode: merge(parts) for mode, parts in halves.items()}
+                for result in results.values():
                     summarize(result, arguments.rows, concurrency)
-                    results[mode] = result
-                    print(f"  {mode} at {concurrency}: {result['wall_s']:.1f} s, load {result['load_after']}", flush=True)
                 sweep = results["sweep"]
-                server = server_check(api, sweep["flow_run_id"], 60, scratch / "server.log")
-                footprint = server_footprint(api, sweep["flow_run_id"], sweep["started_epoch"], sweep["finished_epoch"])
+                checks = [server_check(api, part["flow_run_id"], 60, scratch / "server.log") for part in halves["sweep"]]
+                server = {**checks[-1], "task_runs": sum(c["task_runs"] for c in checks), "row_runs": sum(c["row_runs"] for c in checks),
+                          "flow_run_state": "/".join(c["flow_run_state"] for c in checks)}  # fmt: skip
+                footprints = [server_footprint(api, part["flow_run_id"], part["started_epoch"], part["finished_epoch"]) for part in halves["sweep"]]
+                footprint = {
+                    "events": {name: sum(f["events"].get(name, 0) for f in footprints) for name in {n for f in footprints for n in f["events"]}},
+                    **{key: sum(f[key] for f in footprints) for key in ("events_total", "logs", "artifacts")},
+                }
                 report(arguments.rows, concurrency, results["harbor"], sweep, footprint, server)
                 (scratch / f"c{concurrency}" / "figures.json").write_text(json.dumps({**results, "footprint": footprint, "server": server}))
     finally:
@@ -401,4 +441,5 @@ if __name__ == "__main__":
     parser.add_argument("--agent-timeout", type=float, default=900.0, help="the task copy's agent timeout_sec")
     parser.add_argument("--scratch", type=Path, help="parent folder for trials, results and the server database")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--interleave", action="store_true", help="each runner's rows in two halves, in the order Harbor, sweep, sweep, Harbor")
     main(parser.parse_args())

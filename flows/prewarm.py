@@ -14,16 +14,19 @@ from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import resolve_backend
 from prefect_harbor.harness import BundleRuntime
 from prefect_harbor.native_agents import prepare_native_agent
-from prefect_harbor.prewarm import PrewarmResult, prewarm_targets, unknown_task
+from prefect_harbor.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
 from prefect_harbor.rows import scan_dataset
-from prefect_harbor.tasks.prewarm import prewarm_trial
+from prefect_harbor.tasks.prewarm import find_prewarmed, prewarm_trial
 from prefect_harbor.trials import RunContext
 
 PREWARM_KEY = "prewarm-report"
 
 
 async def prewarm_all(config: HarborBackend, run: RunContext, task_ids: list[str] | None) -> list[PrewarmResult]:
-    """Prewarm the selected tasks, ``n_concurrent`` at a time, and publish a per-task table."""
+    """Prewarm the selected tasks, ``n_concurrent`` at a time, and publish a per-task table.
+
+    Tasks whose setup passed here before, with their images present, are found first in one
+    task run and need no other; the rest get a ``prewarm`` task run each."""
     results: list[PrewarmResult] = []
     slots = asyncio.Semaphore(config.n_concurrent)
 
@@ -34,7 +37,11 @@ async def prewarm_all(config: HarborBackend, run: RunContext, task_ids: list[str
     targets = prewarm_targets(config, task_ids)
     known = [t for t in targets if not isinstance(t, str)]
     results = [unknown_task(t, config.tasks_dir) for t in targets if isinstance(t, str)]
-    results += await asyncio.gather(*(one(t) for t in known))
+    for unknown in results:
+        get_run_logger().error(f"Prewarm of {unknown.task} failed: {unknown.error}")
+    ready = await find_prewarmed(known, config, run) if known and remembers_setups(config) else {}
+    results += [ready[t.name] for t in known if t.name in ready]
+    results += await asyncio.gather(*(one(t) for t in known if t.name not in ready))
     await acreate_table_artifact(
         [r.model_dump() for r in results], key=PREWARM_KEY, description=f"Prewarm: {sum(r.ok for r in results)}/{len(results)} tasks ready"
     )
@@ -63,6 +70,7 @@ async def prewarm_flow(
     selected = sorted({*(task_ids or []), *(scan_dataset(dataset).task_ids if dataset else [])})
     run = RunContext(run_id=f"prewarm-{uuid.uuid4().hex[:8]}", trials_dir=Path(config.trials_dir).expanduser().resolve() / "prewarm", bundle=bundle, mounts=mounts)
     results = await prewarm_all(config, run, selected)
-    for result in results:
-        logger.info(f"{result.task}: {'ready' if result.ok else 'FAILED — ' + str(result.error)} ({result.seconds:.2f} s)")
+    failed = [r.task for r in results if not r.ok]
+    reused = sum(r.reused for r in results)
+    logger.info(f"Prewarm: {len(results) - len(failed)}/{len(results)} tasks ready ({reused} set up before on this host)" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return results

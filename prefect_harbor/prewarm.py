@@ -7,8 +7,10 @@ reason instead of each failing slowly in its own trial.
 
 A native agent's setup that passed on this host is remembered by everything it depends on (the
 task image, task.toml, the agent and its options, the mounts, the package versions): the next
-prewarm of the same setup skips the install-only trial, so a second sweep's prewarm costs
-lookups, not containers. Its rows still set up their own agent in their own trials.
+prewarm of the same setup skips the install-only trial. Such tasks are found first, all in one
+pass with one engine call for their images (:func:`set_up_before`), so a second sweep's prewarm
+costs a lookup, not a task run or a container per task. Its rows still set up their own agent
+in their own trials.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.pyenvs import cache_root
 from prefect_harbor.rows import DatasetRow
-from prefect_harbor.sandbox import ImageBuildError, prepare_task_image
+from prefect_harbor.sandbox import ImageBuildError, prepare_task_image, present_images, task_image_names
 from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
 from prefect_harbor.storage import package_versions
 from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
@@ -46,6 +48,7 @@ class PrewarmResult(BaseModel):
     error: str | None = None
     image: str | None = Field(default=None, description="The task's image, in the local container sandbox.")
     build_log: str | None = Field(default=None, description="Host path of the image's build log, when this prewarm built it.")
+    reused: bool = Field(default=False, description="The install-only trial was skipped: this exact setup passed on this host before.")
 
 
 def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[ResolvedTask | str]:
@@ -63,21 +66,19 @@ def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[
 async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunContext, logger: logging.Logger | logging.LoggerAdapter) -> PrewarmResult:
     """Run one install-only trial of ``task``; never raises for a failure of the task itself."""
     started = time.perf_counter()
-    template = backend.task_mode == "template"
-    row = DatasetRow(id=f"prewarm-{task.name}", prompt=[{"role": "user", "content": "prewarm"}] if template else None)
+    row = _prewarm_row(task, backend)
     trial_name = trial_name_for(row.id)
     # No credentials: the endpoint (and its key) is replaced, and the agent never runs anyway.
     uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
     copy = run.tasks_copy_dir / trial_name
-    image, build_log = None, None
+    image, build_log, reused = None, None, False
     try:
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
         if backend.environment.is_local_sandbox:
             image, build_log = await prepare_task_image(task_path, environment_kwargs(backend, run), logger)
         passed = passed_setup(task_path, image, backend, run)
         if passed is not None and passed.is_file():
-            logger.info(f"{task.name}: set up before on this host with the same image, task.toml and agent; install-only trial skipped")
-            message = None
+            message, reused = None, True
         else:
             message = await _install_only_trial(row, uncredentialed, task_path, run, trial_name)
             if message is None and passed is not None:
@@ -95,8 +96,51 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
         run.input_path(trial_name).unlink(missing_ok=True)
     return PrewarmResult(
         task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message,
-        image=image, build_log=str(build_log) if build_log else None,
+        image=image, build_log=str(build_log) if build_log else None, reused=reused,
     )  # fmt: skip
+
+
+async def set_up_before(
+    tasks: list[ResolvedTask], backend: HarborBackend, run: RunContext, logger: logging.Logger | logging.LoggerAdapter
+) -> dict[str, PrewarmResult]:
+    """The tasks whose exact setup passed on this host before and whose images are all present,
+    by name: found in one pass and one engine call, so a second sweep's prewarm needs no task
+    run (nor container) per task. Anything unclear is left out: its own prewarm decides."""
+    if not remembers_setups(backend):
+        return {}
+    uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
+    found: dict[str, tuple[list[str], float]] = {}
+    for task in tasks:
+        started = time.perf_counter()
+        row = _prewarm_row(task, backend)
+        copy = run.tasks_copy_dir / f"{trial_name_for(row.id)}-lookup"
+        try:
+            task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
+            images = await task_image_names(task_path, environment_kwargs(backend, run), logger)
+            marker = passed_setup(task_path, images[0], backend, run)
+            if marker is not None and marker.is_file():
+                found[task.name] = (images, time.perf_counter() - started)
+        except Exception as error:  # noqa: BLE001 - the task's own prewarm reports it
+            logger.debug(f"{task.name}: not looked up ({type(error).__name__}: {error})")
+        finally:
+            await asyncio.to_thread(shutil.rmtree, copy, True)
+    present = await present_images({image for images, _ in found.values() for image in images})
+    return {
+        name: PrewarmResult(task=name, ok=True, seconds=round(seconds, 3), image=images[0], reused=True)
+        for name, (images, seconds) in found.items()
+        if set(images) <= present
+    }
+
+
+def remembers_setups(backend: HarborBackend) -> bool:
+    """Whether a setup that passed can be remembered: a native agent in the local container
+    sandbox (a workflow bundle's setup depends on more than the marker's key)."""
+    return backend.environment.is_local_sandbox and backend.is_native and not backend.has_bundle
+
+
+def _prewarm_row(task: ResolvedTask, backend: HarborBackend) -> DatasetRow:
+    template = backend.task_mode == "template"
+    return DatasetRow(id=f"prewarm-{task.name}", prompt=[{"role": "user", "content": "prewarm"}] if template else None)
 
 
 async def _install_only_trial(row: DatasetRow, backend: HarborBackend, task_path: Path, run: RunContext, trial_name: str) -> str | None:

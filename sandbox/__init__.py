@@ -1,6 +1,8 @@
 """The local sandbox: each trial in a daemonless OCI container (podman), built from the task's Dockerfile."""
 
-from prefect_harbor.sandbox.container import IMPORT_PATH, ContainerEnvironment, prepare_task_image
-from prefect_harbor.sandbox.images import BaseImageNotFoundError, ImageBuildError
+from prefect_harbor.sandbox.container import IMPORT_PATH, ContainerEnvironment, prepare_task_image, task_image_names
+from prefect_harbor.sandbox.images import BaseImageNotFoundError, ImageBuildError, present_images
 
-__all__ = ["IMPORT_PATH", "BaseImageNotFoundError", "ContainerEnvironment", "ImageBuildError", "prepare_task_image"]
+__all__ = [
+    "IMPORT_PATH", "BaseImageNotFoundError", "ContainerEnvironment", "ImageBuildError", "prepare_task_image", "present_images", "task_image_names",
+]  # fmt: skip

@@ -610,6 +610,20 @@ async def service_images(
     }
 
 
+async def task_image_names(task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> list[str]:
+    """The images the task's trials would run, main first, then its compose services: named
+    by content as a build would name them (bases resolved, pulled if need be), never built.
+    With :func:`present_images`, how a prewarm finds a task with nothing to build."""
+    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    resolver = image_resolver(**kwargs)
+    name = config.task.short_name if config.task else task_dir.name
+    main = project.main if project else None
+    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=False, warn=logger)
+    services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
+    return [image, *services.values()]
+
+
 async def prepare_task_image(
     task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
 ) -> tuple[str, Path | None]:

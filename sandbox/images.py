@@ -296,6 +296,15 @@ async def _exists(reference: str) -> bool:
     return (await podman("image", "exists", reference)).returncode == 0
 
 
+async def present_images(references: set[str]) -> set[str]:
+    """Which of ``references`` (as the resolver names them) are in local storage, in one engine
+    call: ``podman image exists`` costs ~60 ms of CPU each, one ``inspect`` of 50 names ~0.3 s."""
+    if not references:
+        return set()
+    inspected = await podman("image", "inspect", "--format", "{{range .RepoTags}}{{.}} {{end}}", *sorted(references))
+    return references & set(inspected.stdout.decode(errors="replace").split())  # a missing name fails the call but not the others' lines
+
+
 @contextlib.asynccontextmanager
 async def _flock(path: Path) -> AsyncIterator[None]:
     """An exclusive flock, polled so that waiting never blocks the event loop and stays cancellable.

@@ -6,7 +6,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.prewarm import PrewarmResult, prewarm_task
+from prefect_harbor.prewarm import PrewarmResult, prewarm_task, set_up_before
 from prefect_harbor.sources import ResolvedTask
 from prefect_harbor.trials import RunContext
 
@@ -16,8 +16,20 @@ async def prewarm_trial(task: ResolvedTask, backend: HarborBackend, run: RunCont
     """Set the task's environment and agent up once, with no credentials and no verifier."""
     logger = get_run_logger()
     result = await prewarm_task(task, backend, run, logger)
-    if result.ok:
+    if result.ok and result.reused:
+        logger.info(f"Prewarmed {task.name} in {result.seconds:.2f} s: set up before on this host with the same image, task.toml and agent")
+    elif result.ok:
         logger.info(f"Prewarmed {task.name} in {result.seconds:.2f} s")
     else:
         logger.error(f"Prewarm of {task.name} failed: {result.error}")
     return result
+
+
+@task(name="find-prewarmed", task_run_name="find tasks set up before", retries=0, cache_policy=NO_CACHE, persist_result=False)
+async def find_prewarmed(tasks: list[ResolvedTask], backend: HarborBackend, run: RunContext) -> dict[str, PrewarmResult]:
+    """The tasks with nothing left to set up on this host: one task run for all of them."""
+    logger = get_run_logger()
+    found = await set_up_before(tasks, backend, run, logger)
+    if found:
+        logger.info(f"{len(found)} of {len(tasks)} tasks were set up before on this host with the same image, task.toml and agent, and their images are present")
+    return found

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
@@ -68,15 +69,19 @@ async def test_a_setup_that_passed_here_is_not_set_up_again_until_it_changes(tmp
 
     monkeypatch.setenv("PREFECT_HARBOR_CACHE", str(tmp_path / "cache"))
     (first,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
-    assert first.ok and len(list((tmp_path / "cache" / "prewarmed").iterdir())) == 1
+    assert first.ok and not first.reused and len(list((tmp_path / "cache" / "prewarmed").iterdir())) == 1
 
     async def must_not_run(*args, **kwargs):
         raise AssertionError("the install-only trial ran again")
 
     monkeypatch.setattr(prewarm, "_install_only_trial", must_not_run)
-    (second,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
-    assert second.ok, second.error
+    state = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"], return_state=True)
+    (second,) = await state.result()
+    assert second.ok and second.reused, second.error
+    async with get_client() as client:
+        runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+    assert [run.name for run in runs] == ["find tasks set up before"], "a task set up before still got a prewarm task run of its own"
     with (tasks / "good" / "task.toml").open("a") as toml:
         toml.write("\n# an edit: another setup\n")
     (third,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])
-    assert not third.ok and "ran again" in third.error
+    assert not third.ok and not third.reused and "ran again" in third.error

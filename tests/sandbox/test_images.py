@@ -9,7 +9,7 @@ import pytest
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
 from prefect_harbor.sandbox.container import image_resolver
 from prefect_harbor.sandbox.engine import podman
-from prefect_harbor.sandbox.images import ImageResolver
+from prefect_harbor.sandbox.images import ImageResolver, present_images
 from prefect_harbor.sandbox.standins import shipped_stand_in
 
 from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
@@ -76,6 +76,18 @@ async def test_an_unchanged_task_is_never_rebuilt_and_its_tests_do_not_count(tmp
     (context / "Dockerfile").write_text(BASE_DOCKERFILE + f"RUN echo {probe}-changed > /probe\n")
     changed = fresh_resolver()
     assert await changed.ensure_built(context, "probe", timeout_sec=600) != tag and changed.builds == 1
+
+
+async def test_present_images_tells_built_from_missing_names_in_one_call_and_builds_nothing(tmp_path):
+    probe = uuid.uuid4().hex
+    context = environment_dir(tmp_path / "task", BASE_DOCKERFILE + f"RUN echo {probe} > /probe\n")
+    resolver = fresh_resolver()
+    named = await resolver.ensure_built(context, "probe", timeout_sec=600, build=False)
+    assert await present_images({named}) == set() and resolver.builds == 0, "naming an image built it"
+    assert await resolver.ensure_built(context, "probe", timeout_sec=600) == named
+    missing = f"localhost/prefect-harbor/task:{uuid.uuid4().hex[:20]}"
+    assert await present_images({named, missing, BASE_IMAGE}) == {named, BASE_IMAGE}
+    assert await present_images(set()) == set()
 
 
 async def test_a_base_that_cannot_be_found_names_the_reference_and_the_fix(tmp_path):
