@@ -6,7 +6,7 @@ Real sweeps hold an agent for minutes per row, many at once, and terminus-2's lo
 the sweep's own process: this is that shape, on the one fake part (the model). One
 invocation starts
 
-* the scripted model server (``prefect_harbor.model_server``) in a process of its own,
+* the scripted model server (``prefect_harbor.testing.model_server``) in a process of its own,
   replying with ``examples/model-scripts/terminus-2-multi-key-reward.json`` (ten turns)
   after ``--latency`` seconds (plus ``--jitter``, seeded) per completion;
 * a Prefect server (``prefect server start``, fresh SQLite database; start-up not counted),
@@ -109,7 +109,7 @@ async def run_harbor(spec: dict) -> dict:
     from harbor.models.job.config import JobConfig, RetryConfig
     from harbor.models.trial.config import EnvironmentConfig, TaskConfig
 
-    from prefect_harbor.native_agents import native_agent_config
+    from prefect_harbor.agents.native import native_agent_config
 
     agent = native_agent_config("terminus-2", MODEL, endpoint(spec)).agent
     config = JobConfig(
@@ -240,7 +240,7 @@ def benchmark_task(tasks_dir: Path, agent_timeout: float) -> None:
 
 
 def start_model_server(latency: float, jitter: float, seed: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "prefect_harbor.model_server", "--script", str(SCRIPT), "--api-key-env", KEY_VARIABLE]
+    command = [sys.executable, "-m", "prefect_harbor.testing.model_server", "--script", str(SCRIPT), "--api-key-env", KEY_VARIABLE]
     command += ["--latency", str(latency), "--jitter", str(jitter), "--seed", str(seed)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     base_url = process.stdout.readline().strip()

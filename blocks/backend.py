@@ -9,10 +9,10 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
-from prefect_harbor.archive import MiB, ArchiveLimits
-from prefect_harbor import reward_key
+from prefect_harbor.storage.archive import MiB, ArchiveLimits
+from prefect_harbor.trial import reward_key
 from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.bundles import BundleSpec, project_dir_for
+from prefect_harbor.agents.bundles import BundleSpec, project_dir_for
 
 from prefect_harbor.config import (
     DEFAULT_MODEL_NAME,

@@ -29,7 +29,7 @@ from prefect.client.schemas.responses import SetStateStatus
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Crashed
 
-from prefect_harbor.control import StaleRun
+from prefect_harbor.storage.control import StaleRun
 
 POLL_SECONDS = 1.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -1,7 +1,7 @@
 """The sweep's end of the control channel: live row status out, partial-cancellation requests in.
 
 ``prefect-harbor status`` and ``cancel`` reach a running sweep only through its run folder
-(``prefect_harbor.control``), whatever machine launched it. So one loop here publishes
+(``prefect_harbor.storage.control``), whatever machine launched it. So one loop here publishes
 ``status.json`` whenever a row's status changed and answers each ``control/cancel-*.json``
 exactly once; it keeps the only state that loop needs (the requests answered, the status
 version published), apart from the lanes that run the rows it may be asked to stop.
@@ -14,9 +14,9 @@ import json
 import logging
 from collections.abc import Callable
 
-from prefect_harbor.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
+from prefect_harbor.storage.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
 from prefect_harbor.flows.cancellation import CancelScope
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.run_store import RunStore
 
 CONTROL_POLL_SECONDS = 1.0
 

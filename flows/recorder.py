@@ -16,13 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prefect_harbor.flows.reporting import Progress
-from prefect_harbor.results import RowResult, RunTally, SweepSummary
-from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
+from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.secrets import Redactor
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
 from prefect_harbor.tasks.trial import log_outcome
-from prefect_harbor.trials import base_result, cancelled_result
+from prefect_harbor.trial.row_trial import base_result, cancelled_result
 
 #: Rows that never started are written this many to a part.
 NEVER_STARTED_BATCH = 1000

@@ -18,7 +18,7 @@ from prefect.artifacts import (
 )
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.results import RunTally, SweepSummary
+from prefect_harbor.storage.results import RunTally, SweepSummary
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"

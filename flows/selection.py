@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.results import RowResult
-from prefect_harbor.rows import DatasetInfo, DatasetRow, RowProblem, iter_rows
-from prefect_harbor.storage import DamagedFile, RunManifest, RunStore
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.dataset import DatasetInfo, DatasetRow, RowProblem, iter_rows
+from prefect_harbor.storage.manifest import RunManifest
+from prefect_harbor.storage.reading import DamagedFile
+from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import inspect_dataset
 
 #: Backend fields that change capacity or local paths, not what a row computes.

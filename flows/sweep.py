@@ -22,7 +22,7 @@ from prefect.states import Cancelled, Completed, State
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.control import RowTracker
+from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, install_log_filters, resolve_backend, resolve_storage
@@ -33,17 +33,17 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.harness import BundleRuntime
-from prefect_harbor.native_agents import prepare_native_agent
-from prefect_harbor.prewarm import PrewarmResult
-from prefect_harbor.results import RowResult, RunTally, SweepSummary
-from prefect_harbor.rows import path_safe
+from prefect_harbor.agents.harness import BundleRuntime
+from prefect_harbor.agents.native import prepare_native_agent
+from prefect_harbor.trial.prewarm import PrewarmResult
+from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
+from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
-from prefect_harbor.sources import TaskResolver
-from prefect_harbor.storage import RunStore
+from prefect_harbor.rows.sources import TaskResolver
+from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
-from prefect_harbor.trials import RunContext
+from prefect_harbor.trial.row_trial import RunContext
 
 install_log_filters()
 

@@ -5,7 +5,7 @@ model key into ``reward.json`` and Harbor quotes it in an error message. So ever
 leaves a trial passes through the run's redactor before it is written, logged or published:
 
 - result rows (``RowResult``), in the row's task run and again when the flow records them;
-- archived files, their contents and their names (``archive.py``);
+- archived files, their contents and their names (``storage/archive.py``);
 - the manifest and the prewarm build logs;
 - every log record while the flow runs (:func:`redacting_logs`, a filter on each handler,
   so Prefect's API handler, the console and any file handler see the redacted text).

@@ -11,12 +11,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect_harbor.archive import ArchiveReport, archive_row
+from prefect_harbor.storage.archive import ArchiveReport, archive_row
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.results import RowResult
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor
-from prefect_harbor.storage import RunStore
-from prefect_harbor.trials import RunContext, release_trial
+from prefect_harbor.storage.run_store import RunStore
+from prefect_harbor.trial.row_trial import RunContext, release_trial
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from prefect_harbor.bundles import Bundle, BundleSpec, build_bundle, check_bundle_imports
-from prefect_harbor.harness import BundleRuntime
-from prefect_harbor.pyenvs import prepare_env
+from prefect_harbor.agents.bundles import Bundle, BundleSpec, build_bundle, check_bundle_imports
+from prefect_harbor.agents.harness import BundleRuntime
+from prefect_harbor.agents.pyenvs import prepare_env
 
 
 @task(name="build-bundle", retries=0, cache_policy=NO_CACHE, persist_result=False)

@@ -3,7 +3,7 @@
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from prefect_harbor.rows import DatasetInfo, scan_dataset
+from prefect_harbor.rows.dataset import DatasetInfo, scan_dataset
 
 
 @task(name="inspect-dataset", retries=0, cache_policy=NO_CACHE)

@@ -6,9 +6,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.prewarm import PrewarmResult, prewarm_task, set_up_before
-from prefect_harbor.sources import ResolvedTask
-from prefect_harbor.trials import RunContext
+from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_task, set_up_before
+from prefect_harbor.rows.sources import ResolvedTask
+from prefect_harbor.trial.row_trial import RunContext
 
 
 @task(name="prewarm", task_run_name="prewarm {task.name}", retries=0, cache_policy=NO_CACHE, persist_result=False)

@@ -25,11 +25,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Cancelled, Completed, Failed, State
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.results import RowResult
-from prefect_harbor.rows import DatasetRow, RowProblem
-from prefect_harbor.sources import TaskResolver
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.dataset import DatasetRow, RowProblem
+from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.tasks.archive import Archiver
-from prefect_harbor.trials import RunContext, run_row
+from prefect_harbor.trial.row_trial import RunContext, run_row
 
 #: The next row a lane may run, ``(index, row)``, or None when the dataset is done or the sweep stops.
 Admit = Callable[[], "tuple[int, DatasetRow | RowProblem] | None"]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from prefect_harbor.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_name, archive_row, prepare_tree
-from prefect_harbor.results import RowResult
+from prefect_harbor.storage.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_name, archive_row, prepare_tree
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.run_store import RunStore
 
 KEY = "sk-archive-test-91c3"
 REDACTOR = Redactor.of([KEY])
@@ -62,7 +62,7 @@ def test_a_tree_that_cannot_be_scrubbed_is_deleted(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError("read-only file system")
 
-    monkeypatch.setattr("prefect_harbor.archive.os.replace", refuse)
+    monkeypatch.setattr("prefect_harbor.storage.archive.os.replace", refuse)
     with pytest.raises(ScrubFailed, match="deleted it rather than keep a secret"):
         scrub_tree(trial, [KEY])
     assert not trial.exists()
@@ -70,7 +70,7 @@ def test_a_tree_that_cannot_be_scrubbed_is_deleted(tmp_path, monkeypatch):
 
 def test_an_unscrubbable_row_archives_only_its_diagnostics(tmp_path, monkeypatch):
     trial = trial_tree(tmp_path)
-    monkeypatch.setattr("prefect_harbor.archive.prepare_tree", _raise_scrub_failed)
+    monkeypatch.setattr("prefect_harbor.storage.archive.prepare_tree", _raise_scrub_failed)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
     report = archive_row(RowResult(row_index=0, row_id="r", status="failure"), trial, store, REDACTOR)
     files = [p.name for p in (tmp_path / "results").rglob("*") if p.is_file()]
@@ -161,7 +161,7 @@ def test_a_huge_sparse_file_is_cut_without_being_read_whole(tmp_path):
 def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
     from prefect_harbor.blocks import HarborBackend
     from prefect_harbor.tasks.archive import Archiver
-    from prefect_harbor.trials import RunContext
+    from prefect_harbor.trial.row_trial import RunContext
 
     from paths import EXAMPLE_TASKS
 

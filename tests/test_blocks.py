@@ -176,7 +176,7 @@ def test_a_bundle_needs_the_local_sandbox():
 
 def test_one_default_mode_everywhere_follows_the_shape_of_tasks_dir():
     """The block, the CLI and code share one default: template for one task, dataset for a folder."""
-    from prefect_harbor.cli import sweep
+    from prefect_harbor.cli.commands import sweep
 
     assert HarborBackend(tasks_dir=EXAMPLE_TASKS, agent="oracle").task_mode == "dataset"
     assert HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="oracle").task_mode == "template"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from prefect_harbor import pyenvs
-from prefect_harbor.bundles import BundleError, BundleSpec, build_bundle, check_bundle_imports, inspect_bundle, project_dir_for, shim_source
+from prefect_harbor.agents import pyenvs
+from prefect_harbor.agents.bundles import BundleError, BundleSpec, build_bundle, check_bundle_imports, inspect_bundle, project_dir_for, shim_source
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.pyenvs import prepare_env
+from prefect_harbor.agents.pyenvs import prepare_env
 from paths import OSMOSIS_PROJECT
 
 PROJECT = OSMOSIS_PROJECT

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefect_harbor.cli import app
+from prefect_harbor.cli.commands import app
 from tasks_factory import BASE_IMAGE, write_task
 
 

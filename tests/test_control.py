@@ -2,7 +2,7 @@
 
 import json
 
-from prefect_harbor.control import CancelRequest, RowTracker, status_of
+from prefect_harbor.storage.control import CancelRequest, RowTracker, status_of
 
 
 def tracker() -> RowTracker:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefect_harbor.cli import app
-from prefect_harbor.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
+from prefect_harbor.cli.commands import app
+from prefect_harbor.storage.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
 from prefect_harbor.flows.selection import prepare_resume
-from prefect_harbor.results import RowResult
-from prefect_harbor.storage import RunManifest, RunStore
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.storage.run_store import RunManifest, RunStore
 
 
 class Crash(BaseException):

@@ -1,6 +1,6 @@
 """The v0.2 API scan behind `prefect-harbor check --code-dir`."""
 
-from prefect_harbor.migration import scan_for_removed_apis
+from prefect_harbor.cli.migration import scan_for_removed_apis
 
 
 def test_every_removed_api_is_found_with_file_and_line(tmp_path):

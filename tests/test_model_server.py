@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prefect_harbor.model_server import Latency, ModelScript, ScriptedModelServer, ScriptError, main
+from prefect_harbor.testing.model_server import Latency, ModelScript, ScriptedModelServer, ScriptError, main
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "examples" / "model-scripts"
 SCRIPT = {
@@ -134,12 +134,14 @@ def test_shipped_model_scripts_load():
         assert ModelScript.load(path).rules
 
 
-def test_command_line_prints_the_base_url_and_serves(tmp_path):
+# The server moved to prefect_harbor.testing (issue 18); the old module path stays an alias.
+@pytest.mark.parametrize("module", ["prefect_harbor.testing.model_server", "prefect_harbor.model_server"], ids=["testing", "old-path-alias"])
+def test_command_line_prints_the_base_url_and_serves(tmp_path, module):
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     env = {**os.environ, "DEMO_KEY": "demo-key"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "prefect_harbor.model_server", "--script", str(script), "--api-key-env", "DEMO_KEY"],
+        [sys.executable, "-m", module, "--script", str(script), "--api-key-env", "DEMO_KEY"],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -152,12 +154,18 @@ def test_command_line_prints_the_base_url_and_serves(tmp_path):
         assert process.wait(timeout=10) == 0
 
 
+def test_the_old_module_path_is_the_same_server():
+    import prefect_harbor.model_server as old
+
+    assert old.ScriptedModelServer is ScriptedModelServer and old.main is main
+
+
 def test_command_line_refuses_an_unset_key_variable(tmp_path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     env = {k: v for k, v in os.environ.items() if k != "NO_SUCH_KEY_VAR"}
     completed = subprocess.run(
-        [sys.executable, "-m", "prefect_harbor.model_server", "--script", str(script), "--api-key-env", "NO_SUCH_KEY_VAR"],
+        [sys.executable, "-m", "prefect_harbor.testing.model_server", "--script", str(script), "--api-key-env", "NO_SUCH_KEY_VAR"],
         env=env, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert completed.returncode == 2 and "NO_SUCH_KEY_VAR" in completed.stderr

@@ -11,15 +11,15 @@ from pydantic import SecretStr
 
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
-from prefect_harbor.native_agents import (
+from prefect_harbor.agents.native import (
     NO_API_KEY,
     PREPARED_MINI_SWE_AGENT,
     litellm_model_name,
     native_agent_config,
     prepare_native_agent,
 )
-from prefect_harbor.prepared_mini_swe_agent import PreparedMiniSweAgent
-from prefect_harbor.pyenvs import PreparedEnv
+from prefect_harbor.agents.prepared_mini_swe_agent import PreparedMiniSweAgent
+from prefect_harbor.agents.pyenvs import PreparedEnv
 from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
 
 KEY = "sk-unit-test-key"

@@ -44,5 +44,6 @@ def test_the_wheel_installs_nothing_generic_at_the_top_level(tmp_path):
     top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert top_level == {"prefect_harbor", f"prefect_harbor-{version('prefect-harbor')}.dist-info"}
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("flows/sweep.py", "tasks/trial.py", "sandbox/container.py", "sandbox/containers.conf", "cli.py"):
+    core = ("rows/dataset.py", "trial/row_trial.py", "agents/native.py", "storage/run_store.py", "cli/commands.py", "testing/model_server.py")
+    for module in ("flows/sweep.py", "tasks/trial.py", "sandbox/container.py", "sandbox/containers.conf", *core):
         assert f"prefect_harbor/{module}" in names

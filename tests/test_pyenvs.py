@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prefect_harbor.pyenvs import prepare_env, runtime_libraries
+from prefect_harbor.agents.pyenvs import prepare_env, runtime_libraries
 
 
 def test_the_interpreters_libraries_are_copied_without_glibc(tmp_path):

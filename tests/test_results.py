@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 
-from prefect_harbor.results import RESULTS_SCHEMA, RowResult, RunTally
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.results import RESULTS_SCHEMA, RowResult, RunTally
+from prefect_harbor.storage.run_store import RunStore
 
 
 def row(index, task="t", status="success", reward=1.0, **fields):
@@ -86,9 +86,9 @@ def test_the_tally_keeps_the_report_examples_without_keeping_every_row():
 
 
 def test_the_spool_keeps_every_row_across_batches(tmp_path, monkeypatch):
-    import prefect_harbor.storage as storage
+    import prefect_harbor.storage.spool as spool
 
-    monkeypatch.setattr(storage, "SPOOL_BATCH", 4)
+    monkeypatch.setattr(spool, "SPOOL_BATCH", 4)
     writer = RunStore(str(tmp_path), "run1", fallback_dir=tmp_path / "fallback")
     for index in reversed(range(10)):  # 2 full batches and 2 pending rows at the end
         writer.write_row(row(index))

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prefect_harbor.rows import DatasetError, DatasetRow, RowProblem, iter_rows, scan_dataset
+from prefect_harbor.rows.dataset import DatasetError, DatasetRow, RowProblem, iter_rows, scan_dataset
 
 
 def write_jsonl(path, lines):

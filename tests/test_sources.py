@@ -7,8 +7,8 @@ import pytest
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.config import TaskSourcePolicy
-from prefect_harbor.rows import DatasetRow
-from prefect_harbor.sources import RowRejected, TaskResolver, parse_task_ref
+from prefect_harbor.rows.dataset import DatasetRow
+from prefect_harbor.rows.sources import RowRejected, TaskResolver, parse_task_ref
 
 from paths import EXAMPLE_TASKS
 from tasks_factory import git_task_repo

@@ -2,8 +2,8 @@
 
 import pytest
 
-from prefect_harbor.sources import RowRejected
-from prefect_harbor.task_env import refuse_unlisted_host_variables
+from prefect_harbor.rows.sources import RowRejected
+from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
 
 from tasks_factory import write_task
 

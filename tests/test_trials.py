@@ -10,13 +10,13 @@ from harbor.models.verifier.result import VerifierResult
 from pydantic import ValidationError
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
-from prefect_harbor.results import RowResult
-from prefect_harbor.rows import DatasetRow
-from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver
-from prefect_harbor.bundles import Bundle
-from prefect_harbor.harness import BundleRuntime
-from prefect_harbor.pyenvs import prepare_env
-from prefect_harbor.trials import (
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.dataset import DatasetRow
+from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
+from prefect_harbor.agents.bundles import Bundle
+from prefect_harbor.agents.harness import BundleRuntime
+from prefect_harbor.agents.pyenvs import prepare_env
+from prefect_harbor.trial.row_trial import (
     RunContext, base_result, build_trial_config, cancelled_result, environment_kwargs, model_for, outcome, prepare_task, trial_name_for,
 )  # fmt: skip
 
@@ -189,7 +189,7 @@ def test_a_finished_trials_loggers_are_forgotten():
     """Harbor names a logger per trial; logging would keep them (and the placeholders' links) for ever."""
     import logging
 
-    from prefect_harbor.trials import forget_loggers
+    from prefect_harbor.trial.row_trial import forget_loggers
 
     trial = logging.getLogger("forget-test.trial.row1__abc")
     logging.getLogger("forget-test.trial.row1__abc.agents.base")
@@ -255,7 +255,7 @@ def test_a_bad_reward_key_is_a_configuration_error_naming_the_field(spec):
 
 
 def test_a_verifier_error_ends_with_the_verifiers_output(tmp_path):
-    from prefect_harbor.trials import verifier_output_tail
+    from prefect_harbor.trial.row_trial import verifier_output_tail
 
     (tmp_path / "verifier").mkdir()
     assert verifier_output_tail(tmp_path) == "; the verifier printed nothing"

@@ -349,8 +349,8 @@ async def test_cleanup_marks_only_dead_runs_crashed(tmp_path):
     from prefect.settings import get_current_settings
     from prefect.states import Completed, Running
 
-    from prefect_harbor.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat
-    from prefect_harbor.storage import RunManifest, RunStore
+    from prefect_harbor.storage.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat
+    from prefect_harbor.storage.run_store import RunManifest, RunStore
 
     @flow
     def evaluation_sweep_stand_in() -> None: ...

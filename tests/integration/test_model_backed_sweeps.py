@@ -11,7 +11,7 @@ from harbor.utils.env import redact_sensitive_value
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.flows import evaluation_sweep
-from prefect_harbor.model_server import ScriptedModelServer
+from prefect_harbor.testing.model_server import ScriptedModelServer
 
 from paths import EXAMPLE_TASKS, REPO
 

@@ -20,15 +20,15 @@ from harbor.models.trial.result import TrialResult
 from harbor.trial.trial import Trial
 from pydantic import SecretStr
 
-from prefect_harbor.archive import archive_row
+from prefect_harbor.storage.archive import archive_row
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.model_server import RecordedRequest, ScriptedModelServer
-from prefect_harbor.native_agents import MINI_SWE_AGENT_VERSION, native_agent_config, prepare_native_agent
-from prefect_harbor.results import RowResult
+from prefect_harbor.testing.model_server import RecordedRequest, ScriptedModelServer
+from prefect_harbor.agents.native import MINI_SWE_AGENT_VERSION, native_agent_config, prepare_native_agent
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.sandbox import IMPORT_PATH
-from prefect_harbor.storage import RunStore
-from prefect_harbor.trials import outcome
+from prefect_harbor.storage.run_store import RunStore
+from prefect_harbor.trial.row_trial import outcome
 
 from paths import EXAMPLE_TASKS, REPO
 

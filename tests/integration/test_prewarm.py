@@ -65,7 +65,7 @@ async def test_the_prewarm_flow_reports_each_task_and_leaves_no_trial(tmp_path, 
 
 
 async def test_a_setup_that_passed_here_is_not_set_up_again_until_it_changes(tmp_path, tasks, monkeypatch):
-    import prefect_harbor.prewarm as prewarm
+    import prefect_harbor.trial.prewarm as prewarm
 
     monkeypatch.setenv("PREFECT_HARBOR_CACHE", str(tmp_path / "cache"))
     (first,) = await prewarm_flow(backend=backend(tmp_path, tasks), task_ids=["good"])

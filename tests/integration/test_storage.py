@@ -16,8 +16,8 @@ import s3fs
 from prefect_harbor.blocks import HarborBackend, ResultsStorage
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows import evaluation_sweep
-from prefect_harbor.results import RowResult
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.storage.run_store import RunStore
 
 from conftest import SEAWEED_KEY, SEAWEED_SECRET
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
@@ -233,8 +233,8 @@ def test_a_cut_part_on_s3_is_named_and_the_other_parts_read(moto_bucket, tmp_pat
 def test_stale_runs_are_found_on_s3(moto_bucket, tmp_path):
     from datetime import UTC, datetime, timedelta
 
-    from prefect_harbor.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat, find_stale_runs
-    from prefect_harbor.storage import RunManifest
+    from prefect_harbor.storage.control import HEARTBEAT_FILE, STALE_AFTER_SECONDS, Heartbeat, find_stale_runs
+    from prefect_harbor.storage.run_store import RunManifest
 
     url, options = moto_bucket
     for name, age in [("dead", STALE_AFTER_SECONDS + 5), ("alive", 0)]:

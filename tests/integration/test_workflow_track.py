@@ -11,7 +11,7 @@ import pytest
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.flows import evaluation_sweep
-from prefect_harbor.model_server import ScriptedModelServer
+from prefect_harbor.testing.model_server import ScriptedModelServer
 
 from paths import OSMOSIS_EXAMPLE, OSMOSIS_PROJECT, REPO
 

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from prefect_harbor.results import RowResult
-from prefect_harbor.rows import path_safe
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.secrets import REDACTED, Redactor
-from prefect_harbor.storage import RunStore
+from prefect_harbor.storage.run_store import RunStore
 
 MiB = 1 << 20
 #: What the archive keeps of a Harbor trial directory (relative paths; folders recurse), in the

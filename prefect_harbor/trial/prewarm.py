@@ -28,12 +28,12 @@ from pydantic import BaseModel, Field
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.pyenvs import cache_root
-from prefect_harbor.rows import DatasetRow
+from prefect_harbor.agents.pyenvs import cache_root
+from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.sandbox import ImageBuildError, prepare_task_image, present_images, task_image_names
-from prefect_harbor.sources import ResolvedTask, RowRejected, task_dir_under
-from prefect_harbor.storage import package_versions
-from prefect_harbor.trials import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
+from prefect_harbor.rows.sources import ResolvedTask, RowRejected, task_dir_under
+from prefect_harbor.storage.manifest import package_versions
+from prefect_harbor.trial.row_trial import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
 
 #: Install-only trials never call a model: their agents are wired to this unroutable address.
 NO_ENDPOINT = ModelEndpoint(base_url="http://127.0.0.1:9/prewarm-makes-no-model-calls")

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from prefect_harbor.pyenvs import cache_root
+from prefect_harbor.agents.pyenvs import cache_root
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prefect_harbor.bundles import check_project
+from prefect_harbor.agents.bundles import check_project
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
-from prefect_harbor.results import SweepSummary
-from prefect_harbor.rows import DatasetError, iter_rows, scan_dataset
+from prefect_harbor.storage.results import SweepSummary
+from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 
 app = typer.Typer(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -241,7 +241,7 @@ def check(
     code_dir: Annotated[Path | None, typer.Option(help="A rollout project to scan for removed Osmosis v0.2 APIs (alone, or with a configuration).")] = None,
 ) -> None:
     """Preflight: validate the configuration, check each task as the sweep would, scan for v0.2 APIs."""
-    from prefect_harbor.migration import scan_for_removed_apis
+    from prefect_harbor.cli.migration import scan_for_removed_apis
 
     console = Console()
     problems = 0
@@ -266,7 +266,7 @@ def check(
 
 def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
     """Print each task's check (a table, then one line per problem or note); return the problems."""
-    from prefect_harbor.preflight import check_tasks, task_rows
+    from prefect_harbor.cli.preflight import check_tasks, task_rows
 
     try:
         groups = task_rows(backend, None if dataset is None else iter_rows(dataset))
@@ -330,7 +330,7 @@ def cleanup(
     storage_block: Annotated[str | None, typer.Option(help="The results root of a saved Results Storage block instead.")] = None,
 ) -> None:
     """Remove trial containers left behind by sweeps whose process died, and mark such runs Crashed."""
-    from prefect_harbor.control import find_stale_runs
+    from prefect_harbor.storage.control import find_stale_runs
     from prefect_harbor.sandbox.janitor import reap_orphans
 
     reaped = reap_orphans()
@@ -383,7 +383,7 @@ def load_storage(storage_block: str):
 
 
 def open_run(run: str, storage_block: str | None):
-    from prefect_harbor.storage import RunStore
+    from prefect_harbor.storage.run_store import RunStore
 
     return RunStore.open(run, load_storage(storage_block).storage_options() if storage_block else None)
 
@@ -402,7 +402,7 @@ def status(
     """Each row's status: queued, running, grading, success, failure, cancelled, or unknown."""
     import json
 
-    from prefect_harbor.control import STATUS_FILE, run_health, status_of
+    from prefect_harbor.storage.control import STATUS_FILE, run_health, status_of
 
     store = open_run(run, storage_block)
     health = run_health(store)
@@ -453,7 +453,7 @@ def cancel(
     import json
     import time
 
-    from prefect_harbor.control import CancelRequest, run_health
+    from prefect_harbor.storage.control import CancelRequest, run_health
 
     if not ids and not prefix and not all_rows:
         raise fail("name rows to cancel: ids, --prefix P, or --all")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harbor.models.task.config import TaskConfig
 
-from prefect_harbor.sources import RowRejected
+from prefect_harbor.rows.sources import RowRejected
 
 #: ``${NAME}`` or ``${NAME:-default}``, anywhere in a value (Harbor's header form is embedded).
 TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-[^}]*)?\}")

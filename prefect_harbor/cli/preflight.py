@@ -1,8 +1,8 @@
 """``prefect-harbor check``: what a sweep would refuse, found per task before any trial.
 
 Every check is the sweep's own code, not a copy of it: rows resolve through
-:class:`~prefect_harbor.sources.TaskResolver` (the task-source policy, ids that leave
-``tasks_dir``, fetches), each task passes :func:`~prefect_harbor.trials.validate_task`
+:class:`~prefect_harbor.rows.sources.TaskResolver` (the task-source policy, ids that leave
+``tasks_dir``, fetches), each task passes :func:`~prefect_harbor.trial.row_trial.validate_task`
 (links, ``task.toml``, the reward source), and in the local sandbox
 :func:`~prefect_harbor.sandbox.prepare_task_image` runs up to, not including, the build
 (compose, no Dockerfile, a FROM it cannot read, a base image not in local storage).
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.rows import DatasetRow, RowProblem
+from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
-from prefect_harbor.sources import RowRejected, TaskResolver
-from prefect_harbor.trials import validate_task
+from prefect_harbor.rows.sources import RowRejected, TaskResolver
+from prefect_harbor.trial.row_trial import validate_task
 
 logger = logging.getLogger(__name__)
 

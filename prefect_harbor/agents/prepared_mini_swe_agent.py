@@ -1,4 +1,4 @@
-"""Harbor's mini-swe-agent, run from an environment prepared on the host (``native_agents``).
+"""Harbor's mini-swe-agent, run from an environment prepared on the host (``agents.native``).
 
 Imported by Harbor through the agent's import path, only in trials of this agent: Harbor's
 ``MiniSweAgent`` module loads litellm, which costs every other process seconds.
@@ -33,7 +33,7 @@ class PreparedMiniSweAgent(MiniSweAgent):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not self.options.prepared_env:
-            raise ValueError("PreparedMiniSweAgent needs prepared_env=<venv path>: use prefect_harbor.native_agents.native_agent_config")
+            raise ValueError("PreparedMiniSweAgent needs prepared_env=<venv path>: use prefect_harbor.agents.native.native_agent_config")
         self._prepared_env = self.options.prepared_env
 
     @override

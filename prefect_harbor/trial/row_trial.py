@@ -25,16 +25,16 @@ from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 from pydantic import ValidationError
 
-from prefect_harbor import reward_key
+from prefect_harbor.trial import reward_key
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
-from prefect_harbor.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
-from prefect_harbor.native_agents import native_agent_config
-from prefect_harbor.results import ErrorCategory, RowResult
-from prefect_harbor.rows import DatasetRow, RowProblem, path_safe
+from prefect_harbor.agents.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
+from prefect_harbor.agents.native import native_agent_config
+from prefect_harbor.storage.results import ErrorCategory, RowResult
+from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sandbox.network import reachable_from_sandbox
-from prefect_harbor.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
-from prefect_harbor.task_env import refuse_unlisted_host_variables
+from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
+from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
 
 _TIMEOUT_EXCEPTIONS = frozenset(
     {"AgentTimeoutError", "AgentSetupTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError", "TimeoutError"}

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from harbor.models.task.id import GitTaskId, LocalTaskId, PackageTaskId
 from harbor.tasks.client import TaskClient
 
-from prefect_harbor.rows import DatasetRow
-from prefect_harbor.terminal_bench import as_harbor_task, is_terminal_bench_task
+from prefect_harbor.rows.dataset import DatasetRow
+from prefect_harbor.rows.terminal_bench import as_harbor_task, is_terminal_bench_task
 
 if TYPE_CHECKING:
     from prefect_harbor.blocks.backend import HarborBackend

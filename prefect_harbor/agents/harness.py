@@ -23,11 +23,11 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 from harbor.models.trial.config import AgentConfig
 
-from prefect_harbor.bundles import Bundle
-from prefect_harbor.pyenvs import PreparedEnv
+from prefect_harbor.agents.bundles import Bundle
+from prefect_harbor.agents.pyenvs import PreparedEnv
 
 #: The import path to give Harbor: ``AgentConfig(import_path=HARNESS_IMPORT_PATH)``.
-HARNESS_IMPORT_PATH = "prefect_harbor.harness:WorkflowHarnessAgent"
+HARNESS_IMPORT_PATH = "prefect_harbor.agents.harness:WorkflowHarnessAgent"
 INPUT_FILENAME = "container_input.json"
 RESULT_FILENAME = "container_result.json"
 #: Where the trial installs the wheel (a private /tmp per sandbox). The grader installs

@@ -13,7 +13,7 @@ the rollout's model endpoint in its own way:
   environment (``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``, both: a stray host value
   must never outrank the rollout's endpoint; ``OPENAI_API_KEY``), with cost tracking
   errors ignored (a private model has no price). Harbor's own install downloads uv and
-  a Python build; here it is :class:`~prefect_harbor.prepared_mini_swe_agent.PreparedMiniSweAgent`, which uses a virtual
+  a Python build; here it is :class:`~prefect_harbor.agents.prepared_mini_swe_agent.PreparedMiniSweAgent`, which uses a virtual
   environment prepared once on the host (:func:`prepare_native_agent`) and mounted
   read-only into every sandbox.
 * ``oracle`` runs the task's reference solution: no model, no endpoint.
@@ -41,7 +41,7 @@ from harbor.models.trial.config import AgentConfig
 
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, NATIVE_AGENTS, ConfigurationError
-from prefect_harbor.pyenvs import PreparedEnv, cache_root, prepare_env
+from prefect_harbor.agents.pyenvs import PreparedEnv, cache_root, prepare_env
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 
 #: The mini-swe-agent release the prepared environment holds: a 2.x (harbor 0.25 drives
@@ -52,7 +52,7 @@ MINI_SWE_AGENT_REQUIREMENTS = (f"mini-swe-agent=={MINI_SWE_AGENT_VERSION}", "lit
 #: The import path of the offline mini-swe-agent (``AgentConfig.import_path``).
 #: In a module of its own: importing Harbor's mini-swe-agent loads litellm (about 4 s per process),
 #: which only a trial of that agent needs.
-PREPARED_MINI_SWE_AGENT = "prefect_harbor.prepared_mini_swe_agent:PreparedMiniSweAgent"
+PREPARED_MINI_SWE_AGENT = "prefect_harbor.agents.prepared_mini_swe_agent:PreparedMiniSweAgent"
 #: Sent as the key when the endpoint has none: an explicit value keeps the agents from
 #: falling back to a host credential (``OPENAI_API_KEY``) and sending it to the endpoint.
 NO_API_KEY = "EMPTY"
@@ -193,7 +193,7 @@ def prepare_native_agent(agent: str, *, logger: logging.Logger | logging.LoggerA
     """Prepare what ``agent`` needs on the host, once; return the mounts its trials need.
 
     Idempotent and cheap after the first call (in-process memo, then the content-addressed
-    cache of :mod:`prefect_harbor.pyenvs`). Only mini-swe-agent needs anything: its
+    cache of :mod:`prefect_harbor.agents.pyenvs`). Only mini-swe-agent needs anything: its
     environment, built from the package index into the cache. Call it before any trial.
     """
     if agent not in NATIVE_AGENTS:

@@ -21,7 +21,9 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from prefect_harbor.sandbox.janitor import owner_alive, owner_token
-from prefect_harbor.storage import DamagedFile, RunManifest, RunStore
+from prefect_harbor.storage.manifest import RunManifest
+from prefect_harbor.storage.reading import DamagedFile
+from prefect_harbor.storage.run_store import RunStore
 
 LiveStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
 Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]

@@ -1,0 +1,1 @@
+"""The ``prefect-harbor`` command line and the checks it runs (``check``, ``migrate-check``)."""

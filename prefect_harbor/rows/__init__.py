@@ -1,0 +1,1 @@
+"""Rows, and which task each one runs: the dataset stream, task sources, old task formats."""

@@ -1,0 +1,1 @@
+"""One row's Harbor trial: its configuration, the task's environment variables, the reward, prewarm."""
