@@ -1,1 +1,1 @@
-"""The ``prefect-harbor`` command line and the checks it runs (``check``, ``migrate-check``)."""
+"""The ``prefect-harbor`` command line and the checks ``prefect-harbor check`` runs (task preflight, the v0.2 API scan)."""
