@@ -27,7 +27,6 @@ async def prewarm_all(config: HarborBackend, run: RunContext, task_ids: list[str
 
     Tasks whose setup passed here before, with their images present, are found first in one
     task run and need no other; the rest get a ``prewarm`` task run each."""
-    results: list[PrewarmResult] = []
     slots = asyncio.Semaphore(config.n_concurrent)
 
     async def one(target) -> PrewarmResult:

@@ -68,8 +68,7 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
     started = time.perf_counter()
     row = _prewarm_row(task, backend)
     trial_name = trial_name_for(row.id)
-    # No credentials: the endpoint (and its key) is replaced, and the agent never runs anyway.
-    uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
+    uncredentialed = _uncredentialed(backend)
     copy = run.tasks_copy_dir / trial_name
     image, build_log, reused = None, None, False
     try:
@@ -108,7 +107,7 @@ async def set_up_before(
     run (nor container) per task. Anything unclear is left out: its own prewarm decides."""
     if not remembers_setups(backend):
         return {}
-    uncredentialed = backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
+    uncredentialed, kwargs = _uncredentialed(backend), environment_kwargs(backend, run)
     found: dict[str, tuple[list[str], float]] = {}
     for task in tasks:
         started = time.perf_counter()
@@ -116,7 +115,7 @@ async def set_up_before(
         copy = run.tasks_copy_dir / f"{trial_name_for(row.id)}-lookup"
         try:
             task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
-            images = await task_image_names(task_path, environment_kwargs(backend, run), logger)
+            images = await task_image_names(task_path, kwargs, logger)
             marker = passed_setup(task_path, images[0], backend, run)
             if marker is not None and marker.is_file():
                 found[task.name] = (images, time.perf_counter() - started)
@@ -136,6 +135,11 @@ def remembers_setups(backend: HarborBackend) -> bool:
     """Whether a setup that passed can be remembered: a native agent in the local container
     sandbox (a workflow bundle's setup depends on more than the marker's key)."""
     return backend.environment.is_local_sandbox and backend.is_native and not backend.has_bundle
+
+
+def _uncredentialed(backend: HarborBackend) -> HarborBackend:
+    """No credentials: the endpoint (and its key) is replaced; an install-only trial never runs the agent anyway."""
+    return backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
 
 
 def _prewarm_row(task: ResolvedTask, backend: HarborBackend) -> DatasetRow:
@@ -158,7 +162,7 @@ async def _install_only_trial(row: DatasetRow, backend: HarborBackend, task_path
 def passed_setup(task_path: Path, image: str | None, backend: HarborBackend, run: RunContext) -> Path | None:
     """The marker of this exact setup having passed here; None when it cannot be remembered
     (no local image to key on, or a workflow bundle, whose setup depends on more than this)."""
-    if image is None or not backend.is_native or backend.has_bundle:
+    if image is None or not remembers_setups(backend):
         return None
     setup = {
         "image": image,
