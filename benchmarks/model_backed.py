@@ -50,6 +50,8 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -74,7 +76,58 @@ LAG_INTERVAL = 0.1
 # ------------------------------------------------------------------ child processes
 
 
-def watch_loop(lag: list[float], on_loop: list[bool]) -> asyncio.Task:
+class StallWatch:
+    """What holds the loop when it is late: the loop thread's stack, sampled every 10 ms while the
+    lag sampler is more than ``late`` seconds past its wake-up (``--stalls``).
+
+    Counts are time-weighted (one per 10 ms of stall). A loop thread caught in ``select`` while
+    late was not holding the loop: it waited for a core or for the GIL, and the innermost
+    frames of the other threads, counted beside it, say who had the GIL.
+    """
+
+    def __init__(self, late: float = 0.05, every: float = 0.01):
+        self.late, self.every = late, every
+        self.deadline = float("inf")
+        self.loop_thread = threading.get_ident()
+        self.stacks: Counter[tuple[str, ...]] = Counter()
+        self.others: Counter[str] = Counter()
+        threading.Thread(target=self._watch, name="stall-watch", daemon=True).start()
+
+    def expect(self, wake: float) -> None:
+        self.deadline = wake + self.late
+
+    def _watch(self) -> None:
+        me = threading.get_ident()
+        while True:
+            time.sleep(self.every)
+            if time.perf_counter() <= self.deadline:
+                continue
+            frames = sys._current_frames()
+            if (loop_frame := frames.get(self.loop_thread)) is not None:
+                self.stacks[tuple(where(frame) for frame, _ in traceback.walk_stack(loop_frame))[:12]] += 1
+            for ident, frame in frames.items():
+                if ident not in (me, self.loop_thread):
+                    self.others[where(frame)] += 1
+
+    def top(self, n: int = 12) -> dict[str, Any]:
+        return {
+            "samples": sum(self.stacks.values()),
+            "loop_stacks": [[count, list(stack)] for stack, count in self.stacks.most_common(n)],
+            "other_threads": self.others.most_common(n),
+        }
+
+
+def where(frame) -> str:
+    """``package/module.py:line function`` for a frame, the path cut at site-packages or the repo."""
+    path = frame.f_code.co_filename
+    for marker in ("site-packages/", str(REPO) + "/", "lib/python3.12/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{path}:{frame.f_lineno} {frame.f_code.co_name}"
+
+
+def watch_loop(lag: list[float], on_loop: list[bool], stalls: StallWatch | None = None) -> asyncio.Task:
     """Sample the running loop's lag every 100 ms; note for each trial whether it started on it.
 
     A trial started on another loop (a thread, a worker) would leave this sampler blind to
@@ -92,6 +145,8 @@ def watch_loop(lag: list[float], on_loop: list[bool]) -> asyncio.Task:
     async def sample() -> None:
         while True:
             began = time.perf_counter()
+            if stalls is not None:
+                stalls.expect(began + LAG_INTERVAL)
             await asyncio.sleep(LAG_INTERVAL)
             lag.append(time.perf_counter() - began - LAG_INTERVAL)
 
@@ -169,9 +224,10 @@ def child(mode: str, spec_path: Path) -> None:
     rss = sample_rss()
     lag: list[float] = []
     on_loop: list[bool] = []
+    stalls = StallWatch() if spec.get("stalls") else None
 
     async def measured() -> dict:
-        sampler = watch_loop(lag, on_loop)
+        sampler = watch_loop(lag, on_loop, stalls)
         try:
             return await (run_harbor if mode == "harbor" else run_sweep)(spec)
         finally:
@@ -193,6 +249,8 @@ def child(mode: str, spec_path: Path) -> None:
         process_cpu_s=usage.user + usage.system,
         children_cpu_s=usage.children_user + usage.children_system,
     )
+    if stalls is not None:
+        result["stalls"] = stalls.top()
     (spec_path.parent / f"{mode}.json").write_text(json.dumps(result))
 
 
@@ -354,6 +412,17 @@ def report(rows: int, concurrency: int, harbor: dict, sweep: dict, footprint: di
     print(f"ratio={ratio:.3f} overhead_ms={overhead_ms:.1f} peak_rss_mb={sweep['peak_rss_mb']:.0f} loop_p99_ms={sweep['lag_p99_ms']:.1f}")
 
 
+def print_stalls(halves: dict[str, list[dict]], frames: int = 5) -> None:
+    """Per runner and half: what the loop thread was doing while late, innermost frames first."""
+    for mode, parts in halves.items():
+        for n, part in enumerate(parts):
+            stalls = part["stalls"]
+            print(f"  stalls, {mode} part {n + 1}: {stalls['samples']} samples of 10 ms")
+            for count, stack in stalls["loop_stacks"][:8]:
+                print(f"    {count:>5}  " + "  <  ".join(stack[:frames]))
+            print("    other threads: " + ", ".join(f"{name} {count}" for name, count in stalls["other_threads"][:6]))
+
+
 def phases(rows: int, interleave: bool) -> list[tuple[str, int]]:
     """The runs of one concurrency, in order: Harbor then the sweep, or with ``interleave`` each
     runner's rows in two halves, Harbor, sweep, sweep, Harbor (ABBA), so a load that drifts
@@ -397,7 +466,7 @@ def main(arguments: argparse.Namespace) -> None:
         with prefect_server(scratch / "prefect-home", scratch / "server.log") as (api, server_pid):
             env = {**env, "PREFECT_API_URL": api, "PREFECT_HOME": str(scratch / "client-home")}
             for concurrency in arguments.concurrency:
-                spec = {"rows": arguments.rows, "concurrency": concurrency, "tasks_dir": str(scratch / "tasks"), "base_url": base_url}
+                spec = {"rows": arguments.rows, "concurrency": concurrency, "tasks_dir": str(scratch / "tasks"), "base_url": base_url, "stalls": arguments.stalls}
                 halves: dict[str, list[dict]] = {"harbor": [], "sweep": []}
                 for n, (mode, rows) in enumerate(phases(arguments.rows, arguments.interleave)):
                     before = (load(), session_cpu(server_pid), process_cpu(model.pid))
@@ -418,6 +487,8 @@ def main(arguments: argparse.Namespace) -> None:
                     **{key: sum(f[key] for f in footprints) for key in ("events_total", "logs", "artifacts")},
                 }
                 report(arguments.rows, concurrency, results["harbor"], sweep, footprint, server)
+                if arguments.stalls:
+                    print_stalls(halves)
                 (scratch / f"c{concurrency}" / "figures.json").write_text(json.dumps({**results, "footprint": footprint, "server": server}))
     finally:
         model.terminate()
@@ -441,5 +512,6 @@ if __name__ == "__main__":
     parser.add_argument("--agent-timeout", type=float, default=900.0, help="the task copy's agent timeout_sec")
     parser.add_argument("--scratch", type=Path, help="parent folder for trials, results and the server database")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--stalls", action="store_true", help="sample the loop thread's stack while the loop is late (costs a little lag itself)")
     parser.add_argument("--interleave", action="store_true", help="each runner's rows in two halves, in the order Harbor, sweep, sweep, Harbor")
     main(parser.parse_args())
