@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -40,7 +41,8 @@ def make_environment(tmp_path: Path) -> MakeEnvironment:
         return ContainerEnvironment(
             environment_dir=environment_dir,
             environment_name=f"selfcheck{n}",
-            session_id=f"selfcheck{n}__env",
+            # Unique across test processes: tests find their trial's containers by this label.
+            session_id=f"selfcheck{n}-{secrets.token_hex(3)}__env",
             trial_paths=trial_paths,
             task_env_config=task_env or EnvironmentConfig(network_mode=network_mode),
             network_policy=NetworkPolicy(network_mode=network_mode),
