@@ -60,6 +60,7 @@ from prefect_harbor.sandbox.engine import (
 )  # fmt: skip
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageSettings, default_extra_ca_certs
+from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
@@ -387,8 +388,8 @@ class ContainerEnvironment(BaseEnvironment):
         if workdir:
             args += ["--workdir", workdir]
         with _env_file(variables) as env_args:
-            process = await asyncio.create_subprocess_exec(
-                podman_path(), *args, *env_args, container, *argv,
+            process = await start_engine_process(
+                [podman_path(), *args, *env_args, container, *argv],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             try:
@@ -401,7 +402,7 @@ class ContainerEnvironment(BaseEnvironment):
                 raise
         return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
 
-    async def _collect(self, process: asyncio.subprocess.Process) -> tuple[str, str]:
+    async def _collect(self, process: EngineProcess) -> tuple[str, str]:
         callback = self._output_callback()
 
         async def read(stream: asyncio.StreamReader, name: str) -> str:
@@ -419,7 +420,7 @@ class ContainerEnvironment(BaseEnvironment):
         await process.wait()
         return stdout, stderr
 
-    async def _kill_exec(self, container: str, process: asyncio.subprocess.Process, marker: str) -> None:
+    async def _kill_exec(self, container: str, process: EngineProcess, marker: str) -> None:
         """Kill every process the exec started inside ``container`` (they carry its marker)."""
         if container in (self._container, *self._services.values()):
             script = (
@@ -471,8 +472,8 @@ class ContainerEnvironment(BaseEnvironment):
         with tempfile.TemporaryFile() as archive:
             await asyncio.to_thread(transfer.pack, source, target, archive)
             archive.seek(0)
-            process = await asyncio.create_subprocess_exec(
-                podman_path(), "cp", "--archive=false", "-", f"{container}:/",
+            process = await start_engine_process(
+                [podman_path(), "cp", "--archive=false", "-", f"{container}:/"],
                 stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             _, stderr = await process.communicate()
@@ -514,8 +515,8 @@ class ContainerEnvironment(BaseEnvironment):
         container = container or self._require_container()
         limit = self._max_copy_bytes
         with tempfile.TemporaryFile() as archive:
-            process = await asyncio.create_subprocess_exec(
-                podman_path(), "cp", f"{container}:{source}", "-",
+            process = await start_engine_process(
+                [podman_path(), "cp", f"{container}:{source}", "-"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
             received, cut = 0, False

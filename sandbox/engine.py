@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from prefect_harbor.sandbox.spawn import start_engine_process
+
 CONF_DIR = Path(__file__).parent
 #: Label keys on every container this project starts (the janitor finds them by these).
 LABEL_OWNER = "io.prefect-harbor.owner"
@@ -99,8 +101,8 @@ def engine_env() -> dict[str, str]:
 
 async def podman(*args: str, stdin: bytes | None = None, timeout: float | None = None) -> Completed:
     """Run ``podman ARGS`` and collect its output; on timeout the call is killed and raises."""
-    process = await asyncio.create_subprocess_exec(
-        podman_path(), *args,
+    process = await start_engine_process(
+        [podman_path(), *args],
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
     )  # fmt: skip
