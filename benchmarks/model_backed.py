@@ -61,7 +61,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
+from sweep_vs_harbor import load, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
@@ -421,16 +421,6 @@ def print_stalls(halves: dict[str, list[dict]], frames: int = 5) -> None:
             for count, stack in stalls["loop_stacks"][:8]:
                 print(f"    {count:>5}  " + "  <  ".join(stack[:frames]))
             print("    other threads: " + ", ".join(f"{name} {count}" for name, count in stalls["other_threads"][:6]))
-
-
-def phases(rows: int, interleave: bool) -> list[tuple[str, int]]:
-    """The runs of one concurrency, in order: Harbor then the sweep, or with ``interleave`` each
-    runner's rows in two halves, Harbor, sweep, sweep, Harbor (ABBA), so a load that drifts
-    during the invocation weighs on both runners alike."""
-    if not interleave:
-        return [("harbor", rows), ("sweep", rows)]
-    first, second = rows // 2, rows - rows // 2
-    return [("harbor", first), ("sweep", first), ("sweep", second), ("harbor", second)]
 
 
 def merge(parts: list[dict]) -> dict:

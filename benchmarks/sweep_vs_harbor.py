@@ -25,7 +25,9 @@ figure, ``(sweep wall - sum of trial time / C) / N``, is printed too.
 ``peak_rss_mb`` is VmHWM of the sweep's child process (the flow process).
 
 The last line is ``ratio=<sweep/harbor wall> overhead_ms=<...> peak_rss_mb=<...>``.
-Options: ``--rows-per-task-run K`` (the sweep's batching; default its own), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
+Options: ``--interleave`` (each runner's rows in two halves, Harbor, sweep, sweep, Harbor, the
+sweep's halves batched as the whole would be; their figures add up), ``--rows-per-task-run K``
+(the sweep's batching; default its own), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
 thread, must be installed), ``--cancel-after S`` (SIGTERM the sweep after S seconds and
 time its exit), ``--settle S`` (how long to wait for the server's task-run count).
 """
@@ -331,35 +333,68 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def phases(rows: int, interleave: bool) -> list[tuple[str, int]]:
+    """The runs of one comparison, in order: Harbor then the sweep, or with ``interleave`` each
+    runner's rows in two halves, Harbor, sweep, sweep, Harbor (ABBA), so a load that drifts
+    during the invocation weighs on both runners alike."""
+    if not interleave:
+        return [("harbor", rows), ("sweep", rows)]
+    first, second = rows // 2, rows - rows // 2
+    return [("harbor", first), ("sweep", first), ("sweep", second), ("harbor", second)]
+
+
+def merge(parts: list[dict]) -> dict:
+    """One runner's figures over its halves: times, counts and CPU add up, peaks are maxima."""
+    if len(parts) == 1:
+        return parts[0]
+    added = ("wall_s", "trial_sum_s", "trials", "not_verified", "rows_written", "process_cpu_s", "children_cpu_s", "server_cpu_s")
+    merged = {**parts[0], **{key: sum(p[key] for p in parts) for key in added if key in parts[0]}}
+    merged["peak_rss_mb"] = max(p["peak_rss_mb"] for p in parts)
+    cpu = {name: sum(p["cpu_s"].get(name, 0.0) for p in parts) for name in {n for p in parts for n in p["cpu_s"]}}
+    merged["cpu_s"] = dict(sorted(cpu.items(), key=lambda item: -item[1]))
+    merged["rss_by_quarter_mb"] = parts[-1].get("rss_by_quarter_mb", [])
+    if "statuses" in parts[0]:
+        merged["statuses"] = {s: sum(p["statuses"].get(s, 0) for p in parts) for s in {s for p in parts for s in p["statuses"]}}
+        merged["state"] = "/".join(p["state"] for p in parts)
+    return merged
+
+
 def main(arguments: argparse.Namespace) -> None:
     rows, concurrency = arguments.rows, arguments.concurrency
     scratch = Path(tempfile.mkdtemp(prefix="sweep-vs-harbor-", dir=arguments.scratch))
     base_spec = {"rows": rows, "concurrency": concurrency, "tasks_dir": str(arguments.tasks.resolve()), "task_names": arguments.task}
-    print(f"{rows} rows over {', '.join(arguments.task)} (oracle, dataset mode), concurrency {concurrency}, scratch {scratch}")
+    rows_per_task_run = arguments.rows_per_task_run
+    if arguments.interleave and rows_per_task_run is None:  # each half batches as the whole sweep would
+        from prefect_harbor.flows.lanes import default_rows_per_task_run
+
+        rows_per_task_run = default_rows_per_task_run(rows, concurrency)
+    print(f"{rows} rows over {', '.join(arguments.task)} (oracle, dataset mode), concurrency {concurrency}, scratch {scratch}"
+          + (f"; interleaved (ABBA), {rows_per_task_run} rows per task run" if arguments.interleave else ""))  # fmt: skip
     print(f"load average before: {load()}")
     try:
         began = time.perf_counter()
         with prefect_server(scratch / "prefect-home", scratch / "server.log") as (api, server_pid):
             print(f"Prefect server up in {time.perf_counter() - began:.1f} s (not counted): {api}")
             env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(scratch / "client-home")}
-            harbor = None
-            if not arguments.skip_harbor:
-                (scratch / "a").mkdir()
+            runs: dict[str, list[dict]] = {"harbor": [], "sweep": []}
+            for n, (mode, part_rows) in enumerate(phases(rows, arguments.interleave)):
+                if mode == "harbor" and arguments.skip_harbor:
+                    continue
+                part = scratch / f"{n}-{mode}"
+                part.mkdir()
+                spec = {**base_spec, "rows": part_rows, "scratch": str(part)}
+                if mode == "sweep":
+                    spec |= {"profile": str(arguments.profile.resolve()) if arguments.profile else None, "rows_per_task_run": rows_per_task_run}
                 cpu = session_cpu(server_pid)
-                harbor = run_child("harbor", {**base_spec, "scratch": str(scratch / "a")}, env)
-                harbor["server_cpu_s"] = session_cpu(server_pid) - cpu
-                print(f"harbor done, load {load()}")
-            (scratch / "b").mkdir()
-            sweep_spec = {
-                **base_spec, "scratch": str(scratch / "b"), "profile": str(arguments.profile.resolve()) if arguments.profile else None,
-                "rows_per_task_run": arguments.rows_per_task_run,
-            }  # fmt: skip
-            cpu = session_cpu(server_pid)
-            sweep = run_child("sweep", sweep_spec, env, arguments.cancel_after)
-            sweep["server_cpu_s"] = session_cpu(server_pid) - cpu
-            print(f"sweep done, load {load()}")
-            server = server_check(api, sweep["flow_run_id"], arguments.settle, scratch / "server.log")
-        report(rows, concurrency, harbor, sweep, server)
+                result = run_child(mode, spec, env, arguments.cancel_after if mode == "sweep" else None)
+                result["server_cpu_s"] = session_cpu(server_pid) - cpu
+                runs[mode].append(result)
+                print(f"{mode}, {part_rows} rows: {result['wall_s']:.1f} s, load {load()}", flush=True)
+            checks = [server_check(api, part["flow_run_id"], arguments.settle, scratch / "server.log") for part in runs["sweep"]]
+            server = {**checks[0], **{key: sum(c[key] for c in checks) for key in ("task_runs_at_end", "task_runs", "completed", "not_final", "row_runs")}}
+            server["flow_run_state"] = "/".join(c["flow_run_state"] for c in checks)
+        harbor = merge(runs["harbor"]) if runs["harbor"] else None
+        report(rows, concurrency, harbor, merge(runs["sweep"]), server)
     finally:
         if arguments.keep:
             print(f"kept {scratch}")
@@ -426,6 +461,7 @@ if __name__ == "__main__":
     parser.add_argument("--settle", type=float, default=120.0, help="seconds to wait for the server's task-run count")
     parser.add_argument("--scratch", type=Path, help="parent folder for trials, results and the server database")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--interleave", action="store_true", help="each runner's rows in two halves, in the order Harbor, sweep, sweep, Harbor")
     arguments = parser.parse_args()
     arguments.task = arguments.task or QUICK_TASKS
     main(arguments)
