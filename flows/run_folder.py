@@ -112,8 +112,10 @@ class RunFolder:
         """The run's final manifest, then no more heartbeats."""
         self.manifest.state = state
         self.manifest.finished_at, self.manifest.results_uri, self.manifest.rows_written = now(), results_uri, rows_written
-        await asyncio.to_thread(self.store.write_manifest, self.manifest)
-        self._heartbeat.cancel()
+        try:
+            await asyncio.to_thread(self.store.write_manifest, self.manifest)
+        finally:
+            self._heartbeat.cancel()
 
     def _beat(self) -> None:
         self.store.write_now(HEARTBEAT_FILE, Heartbeat.now(self.manifest.flow_run_id).model_dump_json().encode())

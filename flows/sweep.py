@@ -99,20 +99,20 @@ async def evaluation_sweep(
         tally, tracker = RunTally(), RowTracker(selection.info.ids)
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
         kept_indexes = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
-        run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
-        plan = LanePlan.of(config, storage, folder.run_id, selection.info.rows - len(kept_indexes), rows_per_task_run)
-        archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
-        recorder = Recorder(folder.store, archiver, runtimes.redactor, Progress(selection.info.rows), tally, logger)
-        await recorder.start()
-        announce(config, folder, selection, plan, logger)
-        trials = TrialRunner(config, TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
-        channel = ControlChannel(folder.store, tracker, logger)
-        try:
+        try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
+            run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
+            plan = LanePlan.of(config, storage, folder.run_id, selection.info.rows - len(kept_indexes), rows_per_task_run)
+            archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
+            recorder = Recorder(folder.store, archiver, runtimes.redactor, Progress(selection.info.rows), tally, logger)
+            await recorder.start()
+            announce(config, folder, selection, plan, logger)
+            trials = TrialRunner(config, TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
+            channel = ControlChannel(folder.store, tracker, logger)
             scope = await run_lanes(plan, trials, selection, kept_indexes, recorder, channel, logger)
+            summary = await finalize(folder, recorder, channel, stopped=scope.requested.is_set())
         except BaseException as error:
             await folder.fail(error, tally.rows)
             raise
-        summary = await finalize(folder, recorder, channel, stopped=scope.requested.is_set())
         return await publish_summary(summary, recorder, scope, logger)
 
 
@@ -201,9 +201,11 @@ async def run_lanes(
         admission = Admission(selection.rows(), kept_indexes, recorder, scope)
         lanes = Lanes(plan, trials, admission, recorder, channel.tracker, scope, logger)
         control = asyncio.create_task(channel.serve(scope, lanes.cancel))
-        await lanes.run()
-        await lanes.record_never_started()
-        control.cancel()
+        try:
+            await lanes.run()
+            await lanes.record_never_started()
+        finally:
+            control.cancel()
     return scope
 
 

@@ -189,6 +189,27 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
     assert not any("Traceback" in message for message in logs), logs
 
 
+async def test_an_error_before_the_lanes_start_marks_the_run_failed_and_stops_its_heartbeat(tmp_path, monkeypatch):
+    """The run folder says Running from ``begin``: a crash in the prewarm must not leave it saying so, beating on."""
+    import asyncio
+
+    import prefect_harbor.flows.run_folder as run_folder
+    import prefect_harbor.flows.sweep as sweep
+
+    async def exploding_prewarm(*args, **kwargs):
+        raise RuntimeError("prewarm exploded")
+
+    monkeypatch.setattr(sweep, "prewarm_all", exploding_prewarm)
+    monkeypatch.setattr(run_folder, "HEARTBEAT_SECONDS", 0.05)
+    with pytest.raises(RuntimeError, match="prewarm exploded"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"))
+    (folder,) = (tmp_path / "results").iterdir()
+    assert json.loads((folder / "manifest.json").read_text())["state"] == "Failed"
+    beat = (folder / "heartbeat.json").read_bytes()
+    await asyncio.sleep(0.5)  # ten beats, had the heartbeat outlived the run
+    assert (folder / "heartbeat.json").read_bytes() == beat
+
+
 async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_path):
     from prefect_harbor.flows.reporting import PROGRESS_KEY
 
