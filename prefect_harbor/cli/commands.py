@@ -116,7 +116,7 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
         if given:
             raise fail(f"--backend-block: the saved block holds the whole configuration; drop {', '.join(given)} (or edit the block).")
         _prefect_defaults()
-        from prefect_harbor.flows.sweep import resolve_backend
+        from prefect_harbor.flows.configuration import resolve_backend
 
         try:
             return asyncio.run(resolve_backend(None, backend_block))
