@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import secrets
@@ -114,6 +115,28 @@ class StallWatch:
             "samples": sum(self.stacks.values()),
             "loop_stacks": [[count, list(stack)] for stack, count in self.stacks.most_common(n)],
             "other_threads": self.others.most_common(n),
+        }
+
+
+class GcPauses:
+    """Every garbage collection's pause, by generation: a full collection stops the loop with the
+    GIL held, so no stack sampler can see it."""
+
+    def __init__(self) -> None:
+        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._began = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses[info["generation"]].append((time.perf_counter() - self._began) * 1000)
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        return {
+            f"gen{generation}": {"count": len(ms), "total_ms": sum(ms), "max_ms": max(ms, default=0.0), "over_50ms": sum(1 for m in ms if m > 50)}
+            for generation, ms in self.pauses.items()
         }
 
 
@@ -225,6 +248,7 @@ def child(mode: str, spec_path: Path) -> None:
     lag: list[float] = []
     on_loop: list[bool] = []
     stalls = StallWatch() if spec.get("stalls") else None
+    collections = GcPauses()
 
     async def measured() -> dict:
         sampler = watch_loop(lag, on_loop, stalls)
@@ -249,6 +273,7 @@ def child(mode: str, spec_path: Path) -> None:
         process_cpu_s=usage.user + usage.system,
         children_cpu_s=usage.children_user + usage.children_system,
     )
+    result["gc"] = collections.figures()
     if stalls is not None:
         result["stalls"] = stalls.top()
     (spec_path.parent / f"{mode}.json").write_text(json.dumps(result))
@@ -396,6 +421,10 @@ def report(rows: int, concurrency: int, harbor: dict, sweep: dict, footprint: di
     line("model server CPU s", "model_cpu_s")
     for name, result in (("harbor", harbor), ("sweep", sweep)):
         print(f"  {name}: {result['trials_on_sampled_loop']} of {result['trials_started']} trials started on the sampled loop; errors {result.get('errors') or result.get('statuses')}")
+    for name, result in (("harbor", harbor), ("sweep", sweep)):
+        print(f"  {name} garbage collections: " + ", ".join(
+            f"{gen} {f['count']:.0f} ({f['total_ms']:.0f} ms, max {f['max_ms']:.0f} ms, {f['over_50ms']:.0f} over 50 ms)" for gen, f in result["gc"].items()
+        ))  # fmt: skip
     print("  sweep CPU by thread: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in sweep["cpu_s"].items()))
     print(
         f"  Prefect server per sweep: {footprint['events_total']} events ({footprint['events_total'] / rows:.2f}/row), "
@@ -439,6 +468,11 @@ def merge(parts: list[dict]) -> dict:
         "load_before": " / ".join(p["load_before"] for p in parts),
         "load_after": " / ".join(p["load_after"] for p in parts),
         "errors": sorted({e for p in parts for e in p.get("errors") or []}),
+        "gc": {
+            gen: {"count": sum(p["gc"][gen]["count"] for p in parts), "total_ms": sum(p["gc"][gen]["total_ms"] for p in parts),
+                  "max_ms": max(p["gc"][gen]["max_ms"] for p in parts), "over_50ms": sum(p["gc"][gen]["over_50ms"] for p in parts)}
+            for gen in parts[0]["gc"]
+        },
     }
     if "statuses" in parts[0]:
         merged["statuses"] = {s: sum(p["statuses"].get(s, 0) for p in parts) for s in {s for p in parts for s in p["statuses"]}}
