@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
 #: Starts are short even when slow, so a few threads keep up with any number of trials.
-_STARTERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engine-start")
+STARTER_THREADS = 4
+_starters: ThreadPoolExecutor | None = None
 #: asyncio's own default for a subprocess's stream buffers.
 _STREAM_LIMIT = 2**16
 
@@ -65,19 +66,39 @@ class EngineProcess:
             pipe.write(data)
 
 
+def _starter_pool() -> ThreadPoolExecutor:
+    """The starter threads of this process (a forked child makes its own: it has none of its parent's threads)."""
+    global _starters
+    if _starters is None:
+        _starters = ThreadPoolExecutor(max_workers=STARTER_THREADS, thread_name_prefix="engine-start")
+    return _starters
+
+
+def _forget_starters() -> None:
+    global _starters
+    _starters = None
+
+
+os.register_at_fork(after_in_child=_forget_starters)
+
+
 async def start_engine_process(argv: list[str], *, stdin: Stdio, stdout: Stdio, stderr: Stdio, env: dict[str, str]) -> EngineProcess:
     """``subprocess.Popen(argv, ...)`` in a starter thread; its ``PIPE`` outputs become the loop's stream readers.
 
     If the caller is cancelled while the start is under way, the process is killed and
     reaped as soon as it exists."""
     loop = asyncio.get_running_loop()
-    starting = loop.run_in_executor(_STARTERS, functools.partial(subprocess.Popen, argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env))
+    starting = loop.run_in_executor(_starter_pool(), functools.partial(subprocess.Popen, argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env))
     try:
         popen = await asyncio.shield(starting)
     except asyncio.CancelledError:
-        starting.add_done_callback(_discard)
+        starting.add_done_callback(lambda done: done.cancelled() or done.exception() is not None or _discard(done.result()))
         raise
-    return EngineProcess(popen, await _stream(popen.stdout), await _stream(popen.stderr))
+    try:
+        return EngineProcess(popen, await _stream(popen.stdout), await _stream(popen.stderr))
+    except BaseException:  # cancelled while its pipes were being connected
+        _discard(popen)
+        raise
 
 
 async def _stream(pipe: IO[bytes] | None) -> asyncio.StreamReader | None:
@@ -92,8 +113,11 @@ async def _stream(pipe: IO[bytes] | None) -> asyncio.StreamReader | None:
 def _exit_of(popen: subprocess.Popen[bytes]) -> asyncio.Future[int]:
     """A future of the exit status, set when the process's pidfd turns readable (then it is reaped)."""
     loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except OSError:  # a kernel before 5.3: a thread waits instead
+        return asyncio.ensure_future(asyncio.to_thread(popen.wait))
     exited: asyncio.Future[int] = loop.create_future()
-    pidfd = os.pidfd_open(popen.pid)
 
     def reap() -> None:
         loop.remove_reader(pidfd)
@@ -104,13 +128,10 @@ def _exit_of(popen: subprocess.Popen[bytes]) -> asyncio.Future[int]:
     return exited
 
 
-def _discard(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+def _discard(popen: subprocess.Popen[bytes]) -> None:
     """The process of a start its caller gave up on: killed, its pipes closed, reaped in a thread."""
-    if starting.cancelled() or starting.exception() is not None:
-        return
-    popen = starting.result()
     popen.kill()
     for pipe in (popen.stdin, popen.stdout, popen.stderr):
         if pipe is not None:
             pipe.close()
-    _STARTERS.submit(popen.wait)
+    _starter_pool().submit(popen.wait)

@@ -90,3 +90,27 @@ async def test_a_start_given_up_on_is_killed_and_reaped(monkeypatch):
     while started[0].returncode is None and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert started[0].returncode == -9
+
+
+def _start_in_a_forked_child() -> None:
+    async def start() -> bytes:
+        process = await start_engine_process(["echo", "child"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+        return (await process.communicate())[0]
+
+    os._exit(0 if asyncio.run(asyncio.wait_for(start(), 10)) == b"child\n" else 1)
+
+
+async def test_a_forked_child_starts_processes_with_starter_threads_of_its_own():
+    """A child forked after the parent used its starter threads has none of them: it must make its own, not wait forever."""
+    import multiprocessing
+    import warnings
+
+    await (await start_engine_process(["true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})).communicate()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process: what is tested here
+        child = multiprocessing.get_context("fork").Process(target=_start_in_a_forked_child)
+        child.start()
+    await asyncio.to_thread(child.join, 30)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
