@@ -92,12 +92,12 @@ async def start_engine_process(argv: list[str], *, stdin: Stdio, stdout: Stdio, 
     try:
         popen = await asyncio.shield(starting)
     except asyncio.CancelledError:
-        starting.add_done_callback(lambda done: done.cancelled() or done.exception() is not None or _discard(done.result()))
+        starting.add_done_callback(lambda done: done.cancelled() or done.exception() is not None or _discard(done.result(), close_pipes=True))
         raise
     try:
         return EngineProcess(popen, await _stream(popen.stdout), await _stream(popen.stderr))
-    except BaseException:  # cancelled while its pipes were being connected
-        _discard(popen)
+    except BaseException:  # cancelled while its pipes were being connected: a connected one is its transport's to close
+        _discard(popen, close_pipes=False)
         raise
 
 
@@ -128,10 +128,13 @@ def _exit_of(popen: subprocess.Popen[bytes]) -> asyncio.Future[int]:
     return exited
 
 
-def _discard(popen: subprocess.Popen[bytes]) -> None:
-    """The process of a start its caller gave up on: killed, its pipes closed, reaped in a thread."""
+def _discard(popen: subprocess.Popen[bytes], *, close_pipes: bool) -> None:
+    """The process of a start its caller gave up on: killed and reaped in a thread; its pipes
+    closed only when no transport has them (closing a registered fd under the loop could
+    later read another file that got the same number)."""
     popen.kill()
-    for pipe in (popen.stdin, popen.stdout, popen.stderr):
-        if pipe is not None:
-            pipe.close()
+    if close_pipes:
+        for pipe in (popen.stdin, popen.stdout, popen.stderr):
+            if pipe is not None:
+                pipe.close()
     _starter_pool().submit(popen.wait)
