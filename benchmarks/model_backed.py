@@ -62,7 +62,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
+from sweep_vs_harbor import load, merge_checks, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
@@ -502,9 +502,7 @@ def main(arguments: argparse.Namespace) -> None:
                 for result in results.values():
                     summarize(result, arguments.rows, concurrency)
                 sweep = results["sweep"]
-                checks = [server_check(api, part["flow_run_id"], 60, scratch / "server.log") for part in halves["sweep"]]
-                server = {**checks[-1], "task_runs": sum(c["task_runs"] for c in checks), "row_runs": sum(c["row_runs"] for c in checks),
-                          "flow_run_state": "/".join(c["flow_run_state"] for c in checks)}  # fmt: skip
+                server = merge_checks([server_check(api, part["flow_run_id"], 60, scratch / "server.log") for part in halves["sweep"]])
                 footprints = [server_footprint(api, part["flow_run_id"], part["started_epoch"], part["finished_epoch"]) for part in halves["sweep"]]
                 footprint = {
                     "events": {name: sum(f["events"].get(name, 0) for f in footprints) for name in {n for f in footprints for n in f["events"]}},

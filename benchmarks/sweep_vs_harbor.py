@@ -325,6 +325,14 @@ def server_check(api: str, flow_run_id: str, settle: float, log: Path) -> dict:
         }
 
 
+def merge_checks(checks: list[dict]) -> dict:
+    """The server's figures over a runner's sweeps (halves): task-run counts add up, states join;
+    the rest (the first flow run's start, the log's dropped events) are the first sweep's."""
+    merged = {**checks[0], **{key: sum(c[key] for c in checks) for key in ("task_runs_at_end", "task_runs", "completed", "not_final", "row_runs")}}
+    merged["flow_run_state"] = "/".join(c["flow_run_state"] for c in checks)
+    return merged
+
+
 def epoch(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else None
 
@@ -390,9 +398,7 @@ def main(arguments: argparse.Namespace) -> None:
                 result["server_cpu_s"] = session_cpu(server_pid) - cpu
                 runs[mode].append(result)
                 print(f"{mode}, {part_rows} rows: {result['wall_s']:.1f} s, load {load()}", flush=True)
-            checks = [server_check(api, part["flow_run_id"], arguments.settle, scratch / "server.log") for part in runs["sweep"]]
-            server = {**checks[0], **{key: sum(c[key] for c in checks) for key in ("task_runs_at_end", "task_runs", "completed", "not_final", "row_runs")}}
-            server["flow_run_state"] = "/".join(c["flow_run_state"] for c in checks)
+            server = merge_checks([server_check(api, part["flow_run_id"], arguments.settle, scratch / "server.log") for part in runs["sweep"]])
         harbor = merge(runs["harbor"]) if runs["harbor"] else None
         report(rows, concurrency, harbor, merge(runs["sweep"]), server)
     finally:

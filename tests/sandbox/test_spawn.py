@@ -14,6 +14,8 @@ from prefect_harbor.sandbox import spawn
 from prefect_harbor.sandbox.spawn import start_engine_process
 
 PIPES = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+#: No input, output collected, an empty environment.
+QUIET = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
 
 
 async def test_output_input_and_exit_status_come_through():
@@ -31,7 +33,7 @@ async def test_the_start_runs_in_a_starter_thread_not_on_the_loop(monkeypatch):
         return real_popen(*args, **kwargs)
 
     monkeypatch.setattr(spawn.subprocess, "Popen", recording_popen)
-    process = await start_engine_process(["true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+    process = await start_engine_process(["true"], **QUIET)
     await process.communicate()
     assert started_on and started_on[0].startswith("engine-start")
 
@@ -54,14 +56,14 @@ async def test_the_loop_runs_while_a_start_is_slow(monkeypatch):
             ticks += 1
 
     ticker = asyncio.create_task(tick())
-    process = await start_engine_process(["true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+    process = await start_engine_process(["true"], **QUIET)
     await process.communicate()
     ticker.cancel()
     assert ticks >= 20  # ~50 in 0.5 s; zero had the start run on the loop
 
 
 async def test_kill_ends_the_process_and_wait_reports_the_signal():
-    process = await start_engine_process(["sleep", "30"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+    process = await start_engine_process(["sleep", "30"], **QUIET)
     assert process.returncode is None
     process.kill()
     assert await asyncio.wait_for(process.wait(), 10) == -9
@@ -79,9 +81,7 @@ async def test_a_start_given_up_on_is_killed_and_reaped(monkeypatch):
         return started[-1]
 
     monkeypatch.setattr(spawn.subprocess, "Popen", slow_popen)
-    starting = asyncio.create_task(
-        start_engine_process(["sleep", "30"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
-    )
+    starting = asyncio.create_task(start_engine_process(["sleep", "30"], **QUIET))
     await asyncio.sleep(0.1)
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -94,7 +94,7 @@ async def test_a_start_given_up_on_is_killed_and_reaped(monkeypatch):
 
 def _start_in_a_forked_child() -> None:
     async def start() -> bytes:
-        process = await start_engine_process(["echo", "child"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+        process = await start_engine_process(["echo", "child"], **QUIET)
         return (await process.communicate())[0]
 
     os._exit(0 if asyncio.run(asyncio.wait_for(start(), 10)) == b"child\n" else 1)
@@ -105,7 +105,7 @@ async def test_a_forked_child_starts_processes_with_starter_threads_of_its_own()
     import multiprocessing
     import warnings
 
-    await (await start_engine_process(["true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})).communicate()
+    await (await start_engine_process(["true"], **QUIET)).communicate()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process: what is tested here
         child = multiprocessing.get_context("fork").Process(target=_start_in_a_forked_child)
