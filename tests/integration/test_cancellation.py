@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -16,10 +17,12 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
 from prefect.client.schemas.objects import StateType
-from prefect.states import Cancelling
+from prefect.events.clients import PrefectEventSubscriber
+from prefect.states import Cancelling, Running
 
 from prefect_harbor.blocks import HarborBackend
-from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows import cancellation, evaluation_sweep
+from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
 
@@ -383,3 +386,71 @@ async def test_cleanup_marks_only_dead_runs_crashed(tmp_path):
     assert states == {"dead": StateType.CRASHED, "dead-but-finished-in-prefect": StateType.COMPLETED, "alive": StateType.RUNNING}
     manifests = {name: json.loads((results / name / "manifest.json").read_text())["state"] for name in flow_runs}
     assert manifests == {"dead": "Crashed", "dead-but-finished-in-prefect": "Crashed", "alive": "Running"}
+
+
+async def scope_on_a_running_flow_run(what: str):
+    """A flow run marked Running (no process behind it) and a CancelScope entered on it."""
+
+    from prefect import flow
+
+    @flow
+    def stand_in_for_a_sweep() -> None: ...
+
+    async with get_client() as client:
+        run = await client.create_flow_run(stand_in_for_a_sweep, state=Running(), name=what)
+    return run, CancelScope(run.id, logging.getLogger(f"test.{what}"))
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_cancel_reaches_the_sweep_on_the_event_stream_without_reading_the_state(monkeypatch):
+    monkeypatch.setattr(cancellation, "POLL_BEHIND_EVENTS_SECONDS", 3600.0)  # while events flow, no read would see it
+    run, scope = await scope_on_a_running_flow_run("cancel-by-event")
+    async with scope:
+        await wait_for(lambda: scope.following_events, timeout=30, what="the event stream")
+        requested = time.monotonic()
+        async with get_client() as client:
+            await client.set_flow_run_state(run.id, Cancelling(), force=True)
+        await asyncio.wait_for(scope.requested.wait(), timeout=15)
+        print(f"cancel request -> seen on the event stream: {time.monotonic() - requested:.2f} s")
+    assert scope.reason == "the flow run was cancelled"
+
+
+async def wait_for_event(client, resource_id: str, name: str, timeout: float = 30) -> None:
+    """Until the server has stored the event (it stores events a moment after they happen)."""
+    query = {"filter": {"resource": {"id": [resource_id]}, "event": {"name": [name]}}}
+    deadline = time.monotonic() + timeout
+    while not (await client._client.post("/events/filter", json=query)).json()["events"]:
+        assert time.monotonic() < deadline, f"the server did not store {name}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_cancel_from_before_a_retry_replayed_by_the_event_stream_does_not_stop_the_retry():
+    """The stream replays the last minute's events on subscribing; a retried run's own earlier cancel is one."""
+    run, scope = await scope_on_a_running_flow_run("retried-after-a-cancel")
+    async with get_client() as client:
+        await client.set_flow_run_state(run.id, Cancelling(), force=True)
+        await client.set_flow_run_state(run.id, Running(), force=True)  # the retry runs it again
+        await wait_for_event(client, f"prefect.flow-run.{run.id}", "prefect.flow-run.Cancelling")  # stored, so it is replayed
+    async with scope:
+        await wait_for(lambda: scope.following_events or scope.requested.is_set(), timeout=30, what="the event stream")
+        await asyncio.sleep(3)
+        assert not scope.requested.is_set(), scope.reason
+
+
+class StreamDown(PrefectEventSubscriber):
+    async def __aenter__(self):
+        raise ConnectionRefusedError("no event stream here")
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_without_the_event_stream_a_cancel_is_read_from_the_state_every_second(monkeypatch):
+    monkeypatch.setattr(cancellation, "PrefectEventSubscriber", StreamDown)
+    run, scope = await scope_on_a_running_flow_run("cancel-by-poll")
+    async with scope:
+        await asyncio.sleep(2 * cancellation.POLL_SECONDS)
+        assert not scope.following_events
+        async with get_client() as client:
+            await client.set_flow_run_state(run.id, Cancelling(), force=True)
+        await asyncio.wait_for(scope.requested.wait(), timeout=5 * cancellation.POLL_SECONDS)
+    assert scope.reason == "the flow run was cancelled"
