@@ -33,7 +33,7 @@ from uuid import UUID
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.responses import SetStateStatus
-from prefect.events.clients import PrefectEventSubscriber
+from prefect.events.clients import get_events_subscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Crashed
@@ -130,7 +130,7 @@ class CancelScope:
         )
         while not self.requested.is_set():
             try:
-                async with PrefectEventSubscriber(api_url=str(client.api_url), filter=runs_events, reconnection_attempts=2) as events:
+                async with get_events_subscriber(filter=runs_events, reconnection_attempts=2) as events:  # Cloud's or a server's
                     self.following_events = True
                     async for event in events:
                         if event.resource.get("prefect.state-type") in _STOPPING:

@@ -445,7 +445,7 @@ class StreamDown(PrefectEventSubscriber):
 
 @pytest.mark.usefixtures("prefect_server")
 async def test_without_the_event_stream_a_cancel_is_read_from_the_state_every_second(monkeypatch):
-    monkeypatch.setattr(cancellation, "PrefectEventSubscriber", StreamDown)
+    monkeypatch.setattr(cancellation, "get_events_subscriber", StreamDown)
     run, scope = await scope_on_a_running_flow_run("cancel-by-poll")
     async with scope:
         await asyncio.sleep(2 * cancellation.POLL_SECONDS)
