@@ -11,8 +11,8 @@ The state is followed on the server's event stream: the server pushes the run's 
 change at once, and a quiet stream costs nothing. A read of the run's state backs it up,
 every :data:`POLL_SECONDS` while the stream is down and every
 :data:`POLL_BEHIND_EVENTS_SECONDS` while it is up. Reading every second cost the server
-and the sweep ~8 ms of CPU a second, a quarter of a quick row's overhead
-(``benchmarks/server_costs.py``).
+and the sweep ~8.5 ms of CPU a second: ~15 ms a quick row at 8 lanes, where one finishes
+every ~1.8 s (``benchmarks/server_costs.py``).
 
 A sweep killed outright (``kill -9``, a lost machine) records nothing; its flow run stays
 RUNNING. :func:`mark_crashed` (the next sweep's first step, and ``prefect-harbor cleanup``)

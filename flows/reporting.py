@@ -52,8 +52,9 @@ async def tag_flow_run(flow_run_id: str, tags: list[str]) -> None:
         await client.update_flow_run(run.id, tags=sorted({*run.tags, *tags}))
 
 
-#: Seconds between progress updates. An update costs ~13 ms of CPU (server and client,
-#: ``benchmarks/server_costs.py``): every 2 s that was 7 ms a quick row; every 10 s, 1.5.
+#: Seconds between progress updates. An update costs ~13.7 ms of CPU (server and client,
+#: ``benchmarks/server_costs.py``): every 2 s that was ~12 ms a quick row at 8 lanes (one
+#: finishes every ~1.8 s); every 10 s it is ~2.5.
 PROGRESS_INTERVAL_SECONDS = 10.0
 
 
