@@ -36,7 +36,7 @@ from prefect_harbor.sandbox.engine import engine_env, podman, podman_path  # noq
 from prefect_harbor.sandbox.spawn import start_engine_process  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, proc_status_mb  # noqa: E402
+from sweep_vs_harbor import load, percentile, proc_status_mb  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples" / "tasks" / "reward-txt"
@@ -89,11 +89,6 @@ async def phase(way: str, containers: list[str], seconds: float, think: float) -
         "lag": lag, "exec_s": exec_s, "failures": failures, "seconds": seconds, "load": f"{load_before} -> {load()}",
         "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
     }  # fmt: skip
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def main(arguments: argparse.Namespace) -> None:

@@ -62,7 +62,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, merge_checks, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
+from sweep_vs_harbor import load, merge_checks, percentile, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
@@ -373,11 +373,6 @@ def server_footprint(api: str, flow_run_id: str, since: float, until: float) -> 
         artifacts = client.post("/artifacts/count", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}})
         artifacts.raise_for_status()
     return {"events": events, "events_total": sum(events.values()), "logs": logs, "artifacts": artifacts.json()}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def summarize(result: dict, rows: int, concurrency: int) -> None:

@@ -24,7 +24,9 @@ overhead, because on 2 cores the flow's CPU slows the trials themselves; that se
 figure, ``(sweep wall - sum of trial time / C) / N``, is printed too.
 ``peak_rss_mb`` is VmHWM of the sweep's child process (the flow process).
 
-The last line is ``ratio=<sweep/harbor wall> overhead_ms=<...> peak_rss_mb=<...>``.
+Each child samples its event loop's lag (a 100 ms sleep, how late it wakes) throughout.
+The last line is ``ratio=<sweep/harbor wall> overhead_ms=<...> peak_rss_mb=<...>
+loop_p99_ms=<the sweep's loop lag p99>``.
 Options: ``--interleave`` (each runner's rows in two halves, Harbor, sweep, sweep, Harbor, the
 sweep's halves batched as the whole would be; their figures add up), ``--rows-per-task-run K``
 (the sweep's batching; default its own), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
@@ -169,6 +171,28 @@ async def run_sweep(spec: dict) -> dict:
     }
 
 
+async def with_loop_lag(runner, spec: dict) -> dict:
+    """The runner's result, with ``lag_ms``: how late a 100 ms sleep on its event loop woke, every time."""
+    lag: list[float] = []
+
+    async def sample() -> None:
+        while True:
+            began = time.perf_counter()
+            await asyncio.sleep(0.1)
+            lag.append((time.perf_counter() - began - 0.1) * 1000)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        return {**await runner(spec), "lag_ms": lag}
+    finally:
+        sampler.cancel()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
 def child(mode: str, spec_path: Path) -> None:
     spec = json.loads(spec_path.read_text())
     import harbor.job  # noqa: F401  (the runners' imports are not part of the run)
@@ -186,7 +210,7 @@ def child(mode: str, spec_path: Path) -> None:
 
         profiler = Profiler(interval=0.005, async_mode="disabled")
         profiler.start()
-    result = asyncio.run(runner(spec))
+    result = asyncio.run(with_loop_lag(runner, spec))
     if profiler is not None:
         profiler.stop()
         Path(spec["profile"]).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
@@ -361,6 +385,7 @@ def merge(parts: list[dict]) -> dict:
     cpu = {name: sum(p["cpu_s"].get(name, 0.0) for p in parts) for name in {n for p in parts for n in p["cpu_s"]}}
     merged["cpu_s"] = dict(sorted(cpu.items(), key=lambda item: -item[1]))
     merged["rss_by_quarter_mb"] = parts[-1].get("rss_by_quarter_mb", [])
+    merged["lag_ms"] = [value for p in parts for value in p.get("lag_ms", [])]
     if "statuses" in parts[0]:
         merged["statuses"] = {s: sum(p["statuses"].get(s, 0) for p in parts) for s in {s for p in parts for s in p["statuses"]}}
         merged["state"] = "/".join(p["state"] for p in parts)
@@ -426,6 +451,11 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
     row("Prefect server CPU s", "server_cpu_s")
     row("RSS before run MB", "baseline_rss_mb", "{:.0f}")
     row("peak RSS (VmHWM) MB", "peak_rss_mb", "{:.0f}")
+    for result in (harbor, sweep):
+        if result is not None:
+            result["lag_p50_ms"], result["lag_p99_ms"] = percentile(result["lag_ms"], 0.5), percentile(result["lag_ms"], 0.99)
+    row("event-loop lag p50 ms", "lag_p50_ms", "{:.1f}")
+    row("event-loop lag p99 ms", "lag_p99_ms", "{:.1f}")
     if harbor:
         print(f"harbor: {harbor['trials']} trials, {harbor['not_verified']} without a verifier result")
     print(f"sweep: flow run {sweep['flow_run_id']} {sweep['state']}, {sweep['rows_written']} rows written {sweep['statuses']}")
@@ -448,7 +478,7 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
     by_trial_time = (sweep["wall_s"] - sweep["trial_sum_s"] / concurrency) / rows * 1000
     print(f"overhead per row: {overhead_ms:.1f} ms vs harbor's wall; {by_trial_time:.1f} ms vs the sweep's own trial time / {concurrency}")
     print(f"load average after: {load()}")
-    print(f"ratio={ratio:.3f} overhead_ms={overhead_ms:.1f} peak_rss_mb={sweep['peak_rss_mb']:.0f}")
+    print(f"ratio={ratio:.3f} overhead_ms={overhead_ms:.1f} peak_rss_mb={sweep['peak_rss_mb']:.0f} loop_p99_ms={sweep['lag_p99_ms']:.1f}")
 
 
 if __name__ == "__main__":
