@@ -36,11 +36,10 @@ from prefect_harbor.sandbox.engine import engine_env, podman, podman_path  # noq
 from prefect_harbor.sandbox.spawn import start_engine_process  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, percentile, proc_status_mb  # noqa: E402
+from sweep_vs_harbor import load, percentile, proc_status_mb, sample_loop_lag  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples" / "tasks" / "reward-txt"
-LAG_INTERVAL = 0.1
 
 
 async def exec_on_loop(argv: list[str]) -> int:
@@ -67,12 +66,6 @@ async def phase(way: str, containers: list[str], seconds: float, think: float) -
     failures = 0
     deadline = time.perf_counter() + seconds
 
-    async def sample() -> None:
-        while time.perf_counter() < deadline:
-            began = time.perf_counter()
-            await asyncio.sleep(LAG_INTERVAL)
-            lag.append((time.perf_counter() - began - LAG_INTERVAL) * 1000)
-
     async def agent(container: str) -> None:
         nonlocal failures
         while time.perf_counter() < deadline:
@@ -83,7 +76,7 @@ async def phase(way: str, containers: list[str], seconds: float, think: float) -
             await asyncio.sleep(think)
 
     load_before = load()
-    await asyncio.gather(sample(), *(agent(c) for c in containers))
+    await asyncio.gather(sample_loop_lag(lag, until=deadline), *(agent(c) for c in containers))
     ordered = sorted(lag)
     return {
         "lag": lag, "exec_s": exec_s, "failures": failures, "seconds": seconds, "load": f"{load_before} -> {load()}",

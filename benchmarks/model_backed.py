@@ -62,7 +62,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_vs_harbor import load, merge_checks, percentile, phases, prefect_server, proc_status_mb, sample_rss, server_check, session_cpu, thread_cpu  # noqa: E402
+from sweep_vs_harbor import (  # noqa: E402
+    LAG_INTERVAL, load, merge_checks, percentile, phases, prefect_server, proc_status_mb, sample_loop_lag, sample_rss, server_check, session_cpu, thread_cpu,
+)
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
@@ -71,7 +73,6 @@ TASK = "multi-key-reward"
 SCRIPT = REPO / "examples" / "model-scripts" / f"terminus-2-{TASK}.json"
 MODEL = "scripted"
 KEY_VARIABLE = "BENCH_MODEL_API_KEY"  # a throwaway key for the fake model, never printed
-LAG_INTERVAL = 0.1
 
 
 # ------------------------------------------------------------------ child processes
@@ -151,7 +152,7 @@ def where(frame) -> str:
 
 
 def watch_loop(lag: list[float], on_loop: list[bool], stalls: StallWatch | None = None) -> asyncio.Task:
-    """Sample the running loop's lag every 100 ms; note for each trial whether it started on it.
+    """Sample the running loop's lag every 100 ms (ms, into ``lag``); note for each trial whether it started on it.
 
     A trial started on another loop (a thread, a worker) would leave this sampler blind to
     its agent's work, so the check goes with the figure.
@@ -164,16 +165,7 @@ def watch_loop(lag: list[float], on_loop: list[bool], stalls: StallWatch | None 
         return await original(self, *args, **kwargs)
 
     ContainerEnvironment.start = start
-
-    async def sample() -> None:
-        while True:
-            began = time.perf_counter()
-            if stalls is not None:
-                stalls.expect(began + LAG_INTERVAL)
-            await asyncio.sleep(LAG_INTERVAL)
-            lag.append(time.perf_counter() - began - LAG_INTERVAL)
-
-    return asyncio.create_task(sample(), name="loop-lag-sampler")
+    return sample_loop_lag(lag, before_sleep=None if stalls is None else lambda began: stalls.expect(began + LAG_INTERVAL))
 
 
 def endpoint(spec: dict):
@@ -266,7 +258,7 @@ def child(mode: str, spec_path: Path) -> None:
         baseline_rss_mb=baseline_rss,
         peak_rss_mb=proc_status_mb("VmHWM"),
         steady_rss_mb=statistics.median(rss[len(rss) // 4 : max(len(rss) // 4 + 1, 3 * len(rss) // 4)]) if rss else None,
-        lag_ms=[value * 1000 for value in lag],
+        lag_ms=lag,
         trials_started=len(on_loop),
         trials_on_sampled_loop=sum(on_loop),
         cpu_s=thread_cpu(),

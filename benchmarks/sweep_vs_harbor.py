@@ -51,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -63,6 +64,8 @@ from sweep_overhead import QUICK_TASKS, TASKS, row_tasks, sweep_backend, write_d
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 
+#: The event-loop lag samplers' sleep, seconds.
+LAG_INTERVAL = 0.1
 #: Server log lines that mean an event (and so possibly a task-run record) was lost.
 DROP_MARKERS = ("dropping", "queue is full", "Max flush retries")
 
@@ -171,17 +174,25 @@ async def run_sweep(spec: dict) -> dict:
     }
 
 
-async def with_loop_lag(runner, spec: dict) -> dict:
-    """The runner's result, with ``lag_ms``: how late a 100 ms sleep on its event loop woke, every time."""
-    lag: list[float] = []
+def sample_loop_lag(lag_ms: list[float], until: float = math.inf, before_sleep: Callable[[float], None] | None = None) -> asyncio.Task:
+    """On the running loop, sleep ``LAG_INTERVAL`` again and again (until ``until``, a
+    ``perf_counter`` time) and append how late each wake-up came, in ms; ``before_sleep`` is
+    told when each sleep began."""
 
     async def sample() -> None:
-        while True:
-            began = time.perf_counter()
-            await asyncio.sleep(0.1)
-            lag.append((time.perf_counter() - began - 0.1) * 1000)
+        while (began := time.perf_counter()) < until:
+            if before_sleep is not None:
+                before_sleep(began)
+            await asyncio.sleep(LAG_INTERVAL)
+            lag_ms.append((time.perf_counter() - began - LAG_INTERVAL) * 1000)
 
-    sampler = asyncio.create_task(sample())
+    return asyncio.create_task(sample(), name="loop-lag-sampler")
+
+
+async def with_loop_lag(runner, spec: dict) -> dict:
+    """The runner's result, with ``lag_ms``: how late each 100 ms sleep on its event loop woke."""
+    lag: list[float] = []
+    sampler = sample_loop_lag(lag)
     try:
         return {**await runner(spec), "lag_ms": lag}
     finally:
