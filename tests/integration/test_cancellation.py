@@ -18,6 +18,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
 from prefect.client.schemas.objects import StateType
 from prefect.events.clients import PrefectEventSubscriber
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.states import Cancelling, Running
 
 from prefect_harbor.blocks import HarborBackend
@@ -417,9 +418,9 @@ async def test_a_cancel_reaches_the_sweep_on_the_event_stream_without_reading_th
 
 async def wait_for_event(client, resource_id: str, name: str, timeout: float = 30) -> None:
     """Until the server has stored the event (it stores events a moment after they happen)."""
-    query = {"filter": {"resource": {"id": [resource_id]}, "event": {"name": [name]}}}
+    stored = EventFilter(resource=EventResourceFilter(id=[resource_id]), event=EventNameFilter(name=[name]))
     deadline = time.monotonic() + timeout
-    while not (await client._client.post("/events/filter", json=query)).json()["events"]:
+    while not (await client.read_events(filter=stored, limit=1)).events:  # the default, 100, is over the server's 50
         assert time.monotonic() < deadline, f"the server did not store {name}"
         await asyncio.sleep(0.2)
 
