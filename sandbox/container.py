@@ -243,7 +243,7 @@ class ContainerEnvironment(BaseEnvironment):
         """The trial as a pod (:mod:`.pod`): main and its compose services, started as ``compose up --wait`` would."""
         assert self._compose is not None
         labels = {LABEL_OWNER: janitor.owner_token(), LABEL_TRIAL: self.session_id}
-        self._pod = pod.Pod(name, labels, network, self._compose.names)
+        self._pod = pod.Pod(name, labels, network, self._compose.names, pids_limit=self._pids_limit)
         try:
             await self._pod.create()
             if network != "none":
