@@ -55,16 +55,21 @@ class ServiceStartError(RuntimeError):
 class Pod:
     """One trial's pod: a network namespace its containers share, and nothing else."""
 
-    def __init__(self, name: str, labels: dict[str, str], network: str, service_names: list[str], pids_limit: int | None = None) -> None:
+    def __init__(
+        self, name: str, labels: dict[str, str], network: str, service_names: list[str], pids_limit: int | None = None, userns: str | None = None
+    ) -> None:  # fmt: skip
         self.name = name
         self.labels = labels
         self.network = network
         self.service_names = service_names
         self.pids_limit = pids_limit
+        self.userns = userns
 
     async def create(self) -> None:
         """Create the pod and start its infra container, which holds the network namespace."""
         args = ["pod", "create", "--name", self.name, "--infra-name", f"{self.name}-infra", "--share", "net", "--network", self.network]
+        if self.userns:
+            args += ["--userns", self.userns]
         for key, value in self.labels.items():
             args += ["--label", f"{key}={value}"]
         created = await podman(*args, timeout=_POD_TIMEOUT_SEC)
