@@ -50,8 +50,10 @@ def container_proxy_variables() -> dict[str, str]:
         if (reachable := _reachable_proxy(value)) is not None:
             out[name] = reachable
     if any(value != settings[name] for name, value in out.items()):
-        # Through a relay: the gateway is never proxied, nor the container's own loopback (which
-        # the proxy could not reach); both spellings alike, since tools disagree on which wins.
+        # Through a relay, both spellings of each variable (apt and curl read only the lower-case
+        # one, as under Docker's proxy settings); the gateway is never proxied, nor the container's
+        # own loopback (which the proxy could not reach).
+        out |= {name.lower(): value for name, value in out.items()} | {name.upper(): value for name, value in out.items()}
         exempt = [entry for name in ("NO_PROXY", "no_proxy") for entry in settings.get(name, "").split(",") if entry.strip()]
         exempt += ["localhost", "127.0.0.1", "::1", gateway_address()]
         out["NO_PROXY"] = out["no_proxy"] = ",".join(dict.fromkeys(entry.strip() for entry in exempt))

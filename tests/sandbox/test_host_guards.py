@@ -132,6 +132,7 @@ def test_containers_get_a_credential_free_relay_for_an_authenticating_proxy(monk
     assert "proxy-password-canary" not in json.dumps(seen)
     host, port = seen["HTTPS_PROXY"].removeprefix("http://").split(":")
     assert host == network.gateway_address() and seen["no_proxy"] == seen["NO_PROXY"] == f"internal.example,localhost,127.0.0.1,::1,{host}"
+    assert seen["https_proxy"] == seen["HTTPS_PROXY"], "apt and curl read only the lower-case spelling"
     assert "proxy-password-canary" in proxy.proxy_secrets()
     # Through the relay, a request without credentials gets in with the proxy's.
     client = socket.create_connection((host, int(port)), timeout=5)
