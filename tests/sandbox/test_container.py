@@ -50,3 +50,14 @@ async def test_the_hosts_proxy_settings_reach_the_trial_and_nothing_else_of_its_
 def test_an_allowlist_task_is_refused_naming_the_alternatives(make_environment):
     with pytest.raises(ValueError, match="allowlist.*'public'.*'no-network'.*type 'docker'"):
         make_environment(network_mode=NetworkMode.ALLOWLIST)
+
+
+async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_docker_run_w_does(make_environment):
+    """podman 4.3 refuses --workdir for a folder the image lacks; Docker makes it (root's)."""
+    env = make_environment(task_env=EnvironmentConfig(workdir="/srv/task/work"))
+    await env.start(force_build=False)
+    try:
+        seen = (await env.exec("pwd; stat -c '%U %a' .; touch made-here && echo written")).stdout.split()
+    finally:
+        await env.stop(delete=True)
+    assert seen == ["/srv/task/work", "root", "755", "written"]
