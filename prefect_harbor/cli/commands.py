@@ -33,13 +33,38 @@ from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode
 from prefect_harbor.storage.results import SweepSummary
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 
+#: Prefect's temporary server may take this long to answer before a command gives up (Prefect's own
+#: default, 20 s, is too short on a loaded machine: the server alone takes 5-6 s to start on an idle one).
+EPHEMERAL_STARTUP_TIMEOUT_SEC = "120"
+#: What a command says, in one line, when Prefect's temporary server still does not answer in time.
+SERVER_TIMEOUT_HINT = (
+    "Prefect's temporary API server did not start within {timeout} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS; "
+    "the machine may be busy). Start a server once (`prefect server start`) and export "
+    "PREFECT_API_URL=http://127.0.0.1:4200/api, or raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS."
+)
+
+
 def _prefect_defaults() -> None:
-    # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
+    """Offline-friendly Prefect defaults, unless the user set them: effective only before prefect is imported."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_SEC)
 
 
-app = typer.Typer(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
+class _App(typer.Typer):
+    """The command line, saying in one line what to do when Prefect's temporary server does not start in time."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except RuntimeError as error:
+            if not str(error).startswith("Timed out while attempting to connect to ephemeral Prefect API server"):
+                raise
+            timeout = os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_SEC)
+            err.print(f"[bold red]error:[/] {SERVER_TIMEOUT_HINT.format(timeout=timeout)}", highlight=False, soft_wrap=True)
+            raise SystemExit(2) from None
+
+
+app = _App(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
 err = Console(stderr=True)
 
 # Options shared by `sweep` and `check` (one definition, one help text).
@@ -67,6 +92,7 @@ ForceBuild = Annotated[
 @app.callback()
 def main() -> None:
     """Agent evaluation sweeps as Prefect workflows on Harbor trials."""
+    _prefect_defaults()  # before anything imports prefect: its settings are read once, at import
 
 
 def fail(message: str) -> typer.Exit:
