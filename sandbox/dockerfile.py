@@ -3,8 +3,8 @@
 Rewrites, each because the engine would otherwise build something other than what the
 task's author meant:
 
-* ``FROM`` lines, and ``COPY --from=<image>`` of an image that is no stage, are pinned to
-  the local image each reference resolved to (a bootstrapped base, or a stand-in), so the
+* ``FROM`` lines, and ``COPY --from=<image>`` (or ``RUN --mount=...,from=<image>``) of an
+  image that is no stage, are pinned to the local image each reference resolved to (a bootstrapped base, or a stand-in), so the
   build never asks a registry for them.
 * Heredocs (``RUN <<EOF``, ``COPY <<EOF /path``) are lowered to plain instructions,
   because the buildah in Debian 12 (1.28) predates heredoc support: the body is carried
@@ -176,27 +176,38 @@ def with_arg_defaults(dockerfile: str, values: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _sources(instruction: str) -> list[str]:
+    """What an instruction copies or mounts from: ``COPY --from=X``, ``RUN --mount=...,from=X``."""
+    keyword = _keyword(instruction)
+    if keyword == "COPY":
+        return [source] if (source := _flags(instruction).get("from")) else []
+    if keyword != "RUN":
+        return []
+    mounts = [word.split("=", 1)[1] for word in instruction.split()[1:] if word.lower().startswith("--mount=")]
+    return [value for spec in mounts for key, _, value in (part.partition("=") for part in spec.split(",")) if key.strip().lower() == "from"]
+
+
 def copy_from_images(dockerfile: str, froms: list[FromLine]) -> list[str]:
-    """The images ``COPY --from=`` names that are no stage of this build (``COPY --from=ghcr.io/astral-sh/uv:0.8.15
-    /uv /uvx /bin/``): the build needs them from outside, like a FROM's base."""
+    """The images ``COPY --from=`` (or a ``RUN --mount=...,from=``) names that are no stage of this build
+    (``COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/``): the build needs them from outside, like a FROM's base."""
     stages = {line.stage.lower() for line in froms if line.stage}
     images: list[str] = []
     for _, _, line in logical_lines(dockerfile):
-        source = _flags(line).get("from") if _keyword(line) == "COPY" else None
-        if source and not source.isdigit() and source.lower() not in stages and "$" not in source and source not in images:
-            images.append(source)
+        for source in _sources(line):
+            if not source.isdigit() and source.lower() not in stages and "$" not in source and source not in images:
+                images.append(source)
     return images
 
 
 def pin_copy_sources(dockerfile: str, images: Mapping[str, str]) -> str:
-    """``dockerfile`` with each ``COPY --from=<image>`` in ``images`` naming the local image it resolved to."""
+    """``dockerfile`` with each ``COPY --from=<image>`` (and ``RUN --mount=...,from=<image>``) in ``images``
+    naming the local image it resolved to."""
     lines = dockerfile.splitlines()
     for start, end, line in logical_lines(dockerfile):
-        source = _flags(line).get("from") if _keyword(line) == "COPY" else None
-        if source in images:
-            flag = re.compile(rf"--from={re.escape(source)}(?=\s|$)", re.IGNORECASE)
+        for source in set(_sources(line)) & set(images):
+            option = re.compile(rf"(?P<key>--from=|[=,]from=){re.escape(source)}(?=[\s,]|$)", re.IGNORECASE)
             for index in range(start, end + 1):
-                lines[index] = flag.sub(lambda _: f"--from={images[source]}", lines[index])
+                lines[index] = option.sub(lambda match: match["key"] + images[source], lines[index])
     return "\n".join(lines) + "\n"
 
 

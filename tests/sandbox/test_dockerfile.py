@@ -82,15 +82,18 @@ def test_every_workdir_of_the_final_stage_is_followed_by_a_copy_that_creates_it_
     assert create_workdirs("FROM debian\nRUN true\n") == "FROM debian\nRUN true\n"
 
 
-def test_copy_from_an_image_that_is_no_stage_is_found_and_pinned_like_a_base():
+def test_copy_from_and_mount_from_an_image_that_is_no_stage_are_found_and_pinned_like_a_base():
     text = (
         "FROM debian:bookworm AS build\nFROM debian:bookworm\n"
         "COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/\n"
         "COPY --from=build /a /a\nCOPY --from=0 /b /b\nCOPY --chown=1 --from=BUILD /c /c\nCOPY --from=${IMG} /d /d\nCOPY x y\n"
+        "RUN --mount=type=cache,target=/c --mount=type=bind,from=ghcr.io/astral-sh/uv:0.8.15,source=/uv,target=/u /u --version\n"
+        "RUN --mount=from=build,source=/a,target=/a true\n"
     )
     assert copy_from_images(text, parse_from_lines(text)) == ["ghcr.io/astral-sh/uv:0.8.15"]
     pinned = pin_copy_sources(text, {"ghcr.io/astral-sh/uv:0.8.15": "localhost/prefect-harbor/task:abc"})
     assert "COPY --from=localhost/prefect-harbor/task:abc /uv /uvx /bin/" in pinned.splitlines()
+    assert "RUN --mount=type=cache,target=/c --mount=type=bind,from=localhost/prefect-harbor/task:abc,source=/uv,target=/u /u --version" in pinned
     assert pinned.replace("localhost/prefect-harbor/task:abc", "ghcr.io/astral-sh/uv:0.8.15") == text
 
 

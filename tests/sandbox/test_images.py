@@ -222,11 +222,18 @@ async def test_every_workdir_of_the_final_stage_exists_in_the_image_owned_as_doc
 
 
 async def test_copy_from_an_image_gets_the_base_image_chain_and_uvs_stand_in_has_the_tags_release(tmp_path, caplog):
-    """COPY --from=ghcr.io/astral-sh/uv:X is found like a FROM base: here by uv X's own binaries from its PyPI wheel."""
-    context = environment_dir(tmp_path, "FROM debian:bookworm-slim\nCOPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/\nRUN uv --version\n")
+    """COPY --from=ghcr.io/astral-sh/uv:X (and a RUN --mount from it) is found like a FROM base: here by uv X's
+    own binaries from its PyPI wheel."""
+    context = environment_dir(
+        tmp_path,
+        "FROM debian:bookworm-slim\nCOPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/\n"
+        "RUN --mount=type=bind,from=ghcr.io/astral-sh/uv:0.8.15,source=/uvx,target=/mnt/uvx test -x /mnt/uvx && touch /mounted"
+        f"  # {uuid.uuid4().hex}\n",  # built afresh: a cached image would not show how it builds
+    )
     with caplog.at_level(logging.WARNING):
         tag = await fresh_resolver().ensure_built(context, "copy-from-uv", timeout_sec=600)
-    assert (await podman("run", "--rm", tag, "sh", "-c", "test -x /bin/uvx && uv --version")).check("run").text.startswith("uv 0.8.15")
+    seen = await podman("run", "--rm", tag, "sh", "-c", "test -x /bin/uvx && test -f /mounted && uv --version")
+    assert seen.check("run").text.startswith("uv 0.8.15")
     assert "'ghcr.io/astral-sh/uv:0.8.15' cannot be pulled: stood in by" in caplog.text and "uv 0.8.15's /uv and /uvx from its PyPI wheel" in caplog.text
 
 
