@@ -336,25 +336,27 @@ class ImageResolver:
             digest.update(f"baked={pair['source']}>{pair['target']}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         # Named by content alone: tasks with identical environments share one image.
         tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
-        if self._known.get(tag) == tag or not build:
+        if self._known.get(tag) == tag:
+            return tag
+        try:  # before any build, and in `prefect-harbor check` too
+            guarded = guard(text, environment_dir, tag.rsplit(":", 1)[-1])
+        except UnsafeDockerfileError as refused:
+            raise ImageBuildError(f"{dockerfile}: {refused}") from None
+        if not build:
             return tag
         if not await _exists(tag):
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
                     async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds) as slot:
-                        await self._build(environment_dir, dockerfile, name, text, bases, tag, timeout_sec, slot)
+                        await self._build(environment_dir, dockerfile, name, guarded, bases, tag, timeout_sec, slot)
         self._known[tag] = tag
         return tag
 
     async def _build(
-        self, context: Path, dockerfile: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float, slot: int
+        self, context: Path, dockerfile: Path, name: str, guarded: Guarded, bases: dict[str, str], tag: str, timeout_sec: float, slot: int
     ) -> None:  # fmt: skip
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(tag)
-        try:
-            guarded = guard(text, context, tag.rsplit(":", 1)[-1])
-        except UnsafeDockerfileError as refused:
-            raise ImageBuildError(f"{dockerfile}: {refused}") from None
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
             rewritten = Path(scratch, "Dockerfile")
             args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]

@@ -143,7 +143,8 @@ def bridge_link_local() -> str:
 def add_host_key(payload: str) -> int:
     """add_key("user", ..., @u) on the host: root's user keyring, as a host secret would be."""
     libc = ctypes.CDLL(None, use_errno=True)
-    key = libc.syscall(248, b"user", b"prefect-harbor-canary", payload.encode(), len(payload), -4)
+    # A description of its own: add_key with another run's description would update (and that run revoke) the same key.
+    key = libc.syscall(248, b"user", f"prefect-harbor-canary-{payload}".encode(), payload.encode(), len(payload), -4)
     assert key > 0, f"add_key failed: errno {ctypes.get_errno()}"
     return key
 

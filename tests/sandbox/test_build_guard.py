@@ -81,3 +81,15 @@ def test_a_urls_file_name_is_its_last_plain_path_part():
 def test_an_ordinary_dockerfile_is_left_as_it_is(tmp_path):
     plain = "FROM debian:bookworm-slim AS build\nRUN apt-get update\nFROM debian:bookworm-slim\nCOPY --from=build /etc/os-release /x\nCOPY . /app\nWORKDIR /app\n"
     assert guard(plain, tmp_path, "k") == Guarded(text=plain)
+
+
+async def test_check_refuses_an_unsafe_dockerfile_without_building(tmp_path):
+    """`prefect-harbor check` (build=False) names the line, as prewarm would, before anything is built."""
+    from prefect_harbor.sandbox import ImageBuildError
+    from prefect_harbor.sandbox.container import image_resolver
+
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN --network=host true\n")
+    with pytest.raises(ImageBuildError, match=r"Dockerfile: line 2: RUN --network=host"):
+        await image_resolver(extra_ca_certs=[]).ensure_built(context, "unsafe", timeout_sec=60, build=False)

@@ -186,3 +186,24 @@ def test_the_relay_adds_credentials_to_each_request_of_a_kept_alive_connection()
 
 def test_the_host_budget_is_half_of_pid_max():
     assert limits.process_budget() == int(Path("/proc/sys/kernel/pid_max").read_text()) // 2
+
+
+async def test_run_steps_get_the_trials_capabilities_seccomp_and_network(tmp_path, make_environment):
+    """A build's RUN step and a trial's container: the same capability set, a seccomp filter, the guarded bridge."""
+    probe = "grep -E '^(CapEff|Seccomp):' /proc/self/status; ip -4 -o addr 2>/dev/null || cat /proc/net/fib_trie"
+    folder = tmp_path / "build" / "environment"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(f"{BASE_DOCKERFILE}RUN ({probe}) > /build-status.txt  # {tmp_path.name}\n")
+    image = await image_resolver(extra_ca_certs=[]).ensure_built(folder, "caps", timeout_sec=600)
+    at_build = (await podman("run", "--rm", image, "cat", "/build-status.txt")).check("read").text
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        in_trial = (await env.exec(probe)).stdout
+    finally:
+        await env.stop(delete=True)
+    capabilities = [line for line in (at_build + "\n" + in_trial).splitlines() if line.startswith("CapEff")]
+    assert len(capabilities) == 2 and capabilities[0] == capabilities[1], capabilities
+    assert at_build.count("Seccomp:\t2") == 1 and in_trial.count("Seccomp:\t2") == 1
+    subnet = network.gateway_address().rsplit(".", 1)[0]
+    assert subnet in at_build and subnet in in_trial, "the build did not run on the prefect-harbor bridge"
