@@ -240,6 +240,8 @@ def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor
     for result in prewarmed:
         if result.build_log and Path(result.build_log).is_file():
             text = Path(result.build_log).read_text(errors="replace")
+            if result.image_source:  # which image the task's rows ran: its prebuilt one, or this build
+                text = f"# {result.task}: {result.image_source}\n{text}"
             store.write_bytes(f"prewarm/{path_safe(result.task)}.build.log", redactor.text(text).encode())
 
 

@@ -44,6 +44,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
@@ -53,12 +54,12 @@ from harbor.environments.definition import require_agent_environment_definition
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import compose, janitor, pod, transfer
+from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
-from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, default_extra_ca_certs
+from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, default_extra_ca_certs
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
@@ -238,6 +239,9 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--add-host", host]
         try:
             done = await podman(*args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+            if restarted := await workdir.start_creating_workdir(name, done):  # its --workdir is not in the image
+                restarted.check(f"starting a container from {image}")
+                done = await podman("inspect", "--format", "{{.Id}}", name)
         except (asyncio.CancelledError, TimeoutError):
             # The container may exist already: it is named, so it can go before we do.
             await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
@@ -583,6 +587,7 @@ def image_resolver(
     max_parallel_builds: int = 2,
     baked_paths: list[dict] | None = None,
     pids_limit: int = DEFAULT_PIDS_LIMIT,
+    make_bases: bool = True,
     **_: Any,
 ) -> ImageResolver:
     """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
@@ -591,7 +596,7 @@ def image_resolver(
         raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
     settings = ImageSettings(
         base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
-        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit,
+        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
     )  # fmt: skip
     return ImageResolver(settings)
 
@@ -641,40 +646,57 @@ async def service_images(
     }
 
 
-async def task_image_names(task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> list[str]:
+async def task_image_names(
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, force_build: bool = False
+) -> list[str]:  # fmt: skip
     """The images the task's trials would run, main first, then its compose services: named
-    by content as a build would name them (bases resolved, pulled if need be), never built.
-    With :func:`present_images`, how a prewarm finds a task with nothing to build."""
+    by content as a build would name them (bases resolved, pulled if need be), never built:
+    a base still to bootstrap or stand in raises :class:`~.images.BaseNotMadeError`. With
+    :func:`present_images`, how a prewarm finds a task with nothing to build."""
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
     project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
-    resolver = image_resolver(**kwargs)
+    resolver = image_resolver(**{**kwargs, "make_bases": False})
     name = config.task.short_name if config.task else task_dir.name
     main = project.main if project else None
-    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=False, warn=logger)
+    image = await resolver.task_image(
+        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=False, warn=logger
+    )
     services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
     return [image, *services.values()]
 
 
+@dataclass(frozen=True)
+class PreparedImage:
+    """A task's main image as its trials will run it, and how it was had."""
+
+    image: str
+    source: ImageSource
+    #: Its build log, when this call built it (None for a cached or prebuilt image).
+    build_log: Path | None = None
+
+
 async def prepare_task_image(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
-) -> tuple[str, Path | None]:
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True, force_build: bool = False
+) -> PreparedImage:  # fmt: skip
     """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
 
-    Returns the main image and its build log when this call built it (``None`` for a cached
-    or prebuilt image); the images of its compose services are built too. A failed build
-    raises :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor
-    check``) stops before building: the environment definition, the Dockerfiles' FROM lines
-    and their bases are checked, and nothing is pulled.
+    The images of its compose services are built too. A failed build raises
+    :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor check``)
+    stops before building: the environment definition, the Dockerfiles' FROM lines and their
+    bases are checked, and nothing is pulled, bootstrapped or built.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
     project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
-    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build})  # fresh: its build count is this call's
+    # fresh: its build count is this call's
+    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build})
     name = config.task.short_name if config.task else task_dir.name
     main = project.main if project else None
-    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=build, warn=logger)
+    image = await resolver.task_image(
+        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=build, warn=logger
+    )
     built = resolver.builds
     await service_images(resolver, project, name, config.environment, build=build, warn=logger)
-    return image, (resolver.log_path(image) if built else None)
+    return PreparedImage(image, resolver.sources[image], resolver.log_path(image) if built else None)
 
 
 def _volume(mount: dict) -> str:

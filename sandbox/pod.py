@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from prefect_harbor.sandbox.compose import Healthcheck, Project, Service
 from prefect_harbor.sandbox.engine import Completed, EngineError, podman
 from prefect_harbor.sandbox.limits import cgroupfs_manager, limit_cgroup
+from prefect_harbor.sandbox.workdir import start_creating_workdir
 
 _POD_TIMEOUT_SEC = 60
 _LOG_TAIL_LINES = "30"
@@ -99,7 +100,9 @@ class Pod:
         hosts = hosts_file(self.service_names, container[:12], extra_hosts)  # the hostname is the short id, as under Docker
         copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=_POD_TIMEOUT_SEC)
         copied.check(f"writing /etc/hosts of {name}")
-        (await podman("start", container, timeout=_POD_TIMEOUT_SEC)).check(f"starting container {name} from {image}")
+        started = await podman("start", container, timeout=_POD_TIMEOUT_SEC)
+        started = await start_creating_workdir(container, started) or started  # its --workdir is not in the image
+        started.check(f"starting container {name} from {image}")
         return container
 
     async def remove(self) -> Completed:

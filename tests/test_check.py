@@ -111,3 +111,19 @@ def test_check_code_dir_alone_scans_for_v02_apis(tmp_path):
     assert code == 1, output
     assert f"{tmp_path / 'rollout.py'}:1:" in output and "2 use(s) of removed v0.2 APIs" in output
     assert "configuration OK" not in output
+
+
+def test_check_says_per_task_whether_its_image_is_built_pulled_or_local(tasks):
+    """A Terminal-Bench 2.0 task names a prebuilt image and ships its Dockerfile: the sweep pulls it, or builds the Dockerfile."""
+    for name, image in [("tb2-shaped", "registry.invalid/alexgshaw/tb2-shaped:20251031"), ("local-image", BASE_IMAGE)]:
+        (write_task(tasks, name) / "task.toml").write_text(f'[environment]\ndocker_image = "{image}"\n')
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 0, output
+    assert "image good: builds environment/Dockerfile\n" in output
+    assert (
+        "image tb2-shaped: pulls docker_image registry.invalid/alexgshaw/tb2-shaped:20251031, "
+        "or builds its environment/Dockerfile if it cannot be pulled"
+    ) in output
+    assert f"image local-image: uses docker_image {BASE_IMAGE} (in local storage)" in output
+    code, forced = check("--tasks-dir", str(tasks), "--force-build")
+    assert code == 0 and forced.count("builds environment/Dockerfile (force_build)") == 2, forced

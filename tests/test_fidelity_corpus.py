@@ -2,7 +2,7 @@
 
 The corpus itself is swept by ``benchmarks/fidelity.py``, a benchmark, not a test; these
 checks keep it honest: every folder is a runnable task with a reference solution and a reward
-source, the manifest lists exactly the folders, and the kinds issue 16 asks for are all there.
+source, the manifest lists exactly the folders, and the kinds issues 16 and 27 ask for are all there.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ REQUIRED_KINDS = {
     "apt-only", "apt+pip", "copy-folder", "multi-stage", "compose-single-service", "compose-two-services",
     "entrypoint", "multi-step", "terminal-bench", "python-3.13-slim", "ubuntu-24.04", "non-root-user",
     "verifier-pip-pytest", "multi-key-reward",
+    # issue 27: Terminal-Bench 2.0's prebuilt images, WORKDIR, COPY --from an image, stand-ins that match their tags
+    "prebuilt-image-fallback", "workdir-last", "copy-from-image", "python-version-matches-tag", "ubuntu-user",
 }  # fmt: skip
 
 

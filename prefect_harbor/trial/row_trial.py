@@ -189,8 +189,9 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
         trial_name=trial_name,
         agent=agent,
         environment=EnvironmentConfig(
-            type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None
-        ),
+            type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None,
+            force_build=backend.force_build,
+        ),  # fmt: skip
     )
 
 

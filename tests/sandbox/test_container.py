@@ -53,6 +53,17 @@ def test_an_allowlist_task_is_refused_naming_the_alternatives(make_environment):
         make_environment(network_mode=NetworkMode.ALLOWLIST)
 
 
+async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_docker_run_w_does(make_environment):
+    """podman 4.3 refuses --workdir for a folder the image lacks; Docker makes it (root's)."""
+    env = make_environment(task_env=EnvironmentConfig(workdir="/srv/task/work"))
+    await env.start(force_build=False)
+    try:
+        seen = (await env.exec("pwd; stat -c '%U %a' .; touch made-here && echo written")).stdout.split()
+    finally:
+        await env.stop(delete=True)
+    assert seen == ["/srv/task/work", "root", "755", "written"]
+
+
 async def test_with_userns_auto_the_trials_root_is_not_the_hosts_root_and_user_tasks_still_work(make_environment):
     """Measured for issue 26 (opt-in, README "Isolation"): a user namespace per trial, files copied in and out as usual."""
     env = make_environment(dockerfile=BASE_DOCKERFILE + "RUN useradd --create-home agent\n", userns="auto")

@@ -177,3 +177,17 @@ async def test_the_watchdog_removes_the_pod_of_an_owner_killed_with_sigkill():
         await asyncio.sleep(0.2)
     podman_sync("pod", "rm", "-f", "-t", "0", name)
     pytest.fail(f"pod {name} outlived its owner by 60 s")
+
+
+async def test_a_compose_working_dir_the_image_lacks_is_made_at_start_in_main_and_in_a_service(make_environment):
+    compose = API_COMPOSE.replace("  main:\n", "  main:\n    working_dir: /srv/main-work\n").replace(
+        "    command: python3", "    working_dir: /srv/api-work\n    command: python3"
+    )
+    env = make_environment(files={**API_FILES, "docker-compose.yaml": compose})
+    await env.start(force_build=False)
+    try:
+        main_cwd = (await env.exec("pwd")).stdout.strip()
+        api_cwd = (await podman("exec", env.service_containers["api"], "pwd")).text
+    finally:
+        await env.stop(delete=True)
+    assert (main_cwd, api_cwd) == ("/srv/main-work", "/srv/api-work")
