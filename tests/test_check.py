@@ -111,3 +111,20 @@ def test_check_code_dir_alone_scans_for_v02_apis(tmp_path):
     assert code == 1, output
     assert f"{tmp_path / 'rollout.py'}:1:" in output and "2 use(s) of removed v0.2 APIs" in output
     assert "configuration OK" not in output
+
+
+def test_check_names_separate_verifiers_and_refuses_one_it_cannot_build(tasks):
+    """A separate verifier's own image (tests/Dockerfile) is checked with the task's; one that brings
+    its tests needs no tests/test.sh in the task folder, as in Harbor."""
+    from tasks_factory import write_separate_verifier_task
+
+    write_separate_verifier_task(tasks, "separate", word="CORRECT")
+    (write_separate_verifier_task(tasks, "image-only", word="CORRECT") / "tests" / "test.sh").unlink()
+    (write_separate_verifier_task(tasks, "bad-verifier", word="CORRECT") / "tests" / "Dockerfile").write_text("FROM\nCOPY . /tests/\n")
+    result = CliRunner().invoke(app, ["check", "--tasks-dir", str(tasks)], env={"COLUMNS": "300"})
+    code, output = result.exit_code, result.output
+    assert code == 1, output
+    assert "tests/test.sh, separate verifier: built from tests/" in output
+    assert "the verifier image's own /tests/test.sh, separate verifier: built from tests/" in output and "refused image-only" not in output
+    assert "refused bad-verifier:" in output and "tests/Dockerfile" in output and "line 1: cannot read 'FROM'" in output
+    assert "refused separate" not in output
