@@ -20,7 +20,7 @@ CORPUS = REPO / "benchmarks" / "fidelity"
 REQUIRED_KINDS = {
     "apt-only", "apt+pip", "copy-folder", "multi-stage", "compose-single-service", "compose-two-services",
     "entrypoint", "multi-step", "terminal-bench", "python-3.13-slim", "ubuntu-24.04", "non-root-user",
-    "verifier-pip-pytest", "multi-key-reward",
+    "verifier-pip-pytest", "multi-key-reward", "separate-verifier", "artifacts", "compose-named-network", "compose-variables",
 }  # fmt: skip
 
 
@@ -61,6 +61,8 @@ def test_every_task_has_a_config_an_instruction_a_solution_and_a_verifier(name: 
         return
     config = tomllib.loads((task / "task.toml").read_text())
     assert (task / "environment" / "Dockerfile").is_file() or (task / "environment" / "docker-compose.yaml").is_file()
+    if config.get("verifier", {}).get("environment_mode") == "separate":
+        assert config.get("artifacts"), "a separate verifier sees only the declared artifacts: declare them"
     if steps := config.get("steps"):
         for step in steps:
             folder = task / "steps" / step["name"]
