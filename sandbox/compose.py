@@ -380,7 +380,15 @@ def _side_build(service: Service, value: Any, context: _Context) -> None:
 
 
 def _side_image(service: Service, value: Any, context: _Context) -> None:
-    service.image = _literal(value, context.at("image"))
+    if value != _HARBOR_IMAGE:
+        service.image = _literal(value, context.at("image"))
+        return
+    # Harbor's name for main's image, which is built from the environment's Dockerfile: the same
+    # build (the same content, so the same cached image), unless the service has a build of its own.
+    dockerfile = context.environment_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise ComposeNotSupported(f"{context.at('image')}: {_HARBOR_IMAGE} is main's image, built from the environment's Dockerfile, and there is none; give the service an image or a build.")
+    service.build = service.build or Build(context.environment_dir.resolve(), dockerfile.resolve())
 
 
 def _side_command(service: Service, value: Any, context: _Context) -> None:

@@ -144,6 +144,12 @@ def test_harbors_placeholders_keep_their_meaning(tmp_path, monkeypatch):
     assert settings.image is None and settings.environment["TEST_DIR"] == "/tests"
 
 
+def test_a_service_on_mains_image_is_built_as_main_is(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    worker = project(tmp_path, "services:\n  main: {}\n  worker: {image: '${MAIN_IMAGE_NAME}', command: [sleep, infinity]}\n").services["worker"]
+    assert (worker.image, worker.build.context, worker.build.dockerfile) == (None, tmp_path.resolve(), (tmp_path / "Dockerfile").resolve())
+
+
 def test_extension_fields_are_ignored_as_compose_ignores_them(tmp_path):
     read = project(tmp_path, "x-common: &common {environment: {MODE: strict}}\nservices:\n  main:\n    <<: *common\n    x-note: ignored\n")
     assert read.main.environment == {"MODE": "strict"}
