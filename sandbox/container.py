@@ -57,12 +57,13 @@ from harbor.models.trial.paths import TrialPaths
 
 from prefect_harbor.sandbox import compose, janitor, pod, transfer
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
-from prefect_harbor.sandbox.engine import (
-    DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
-)  # fmt: skip
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
+from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
-from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageSettings, default_extra_ca_certs
+from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, default_extra_ca_certs
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
+from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
+from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 
@@ -72,7 +73,6 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 #: Where Harbor's verifier uploads a task's tests.
 TESTS_DIR = PurePosixPath("/tests")
-DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
@@ -126,8 +126,8 @@ class ContainerEnvironment(BaseEnvironment):
         self._compose_variables = ComposeVariables.from_host(task_env_passthrough or ())
         self._images = image_resolver(
             base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds,
-            baked_paths=None if self._owns_tests else baked_paths,
-        )
+            baked_paths=None if self._owns_tests else baked_paths, pids_limit=pids_limit,
+        )  # fmt: skip
         if pids_limit < 1:
             raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")
         if max_copy_mb < 1:
@@ -233,7 +233,7 @@ class ContainerEnvironment(BaseEnvironment):
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         if self._tests_folder is None and self._protect_tests and not self._owns_tests:
             self._tests_folder = _tests_folder()
-        with _env_file({**proxy_variables(), **self._main.environment, **self._startup_env()}) as env_args:
+        with _env_file({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose and self._compose.services:
                 await self._start_pod(name, network, image, env_args)
             else:
@@ -278,7 +278,7 @@ class ContainerEnvironment(BaseEnvironment):
         if service.name == MAIN:
             self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
             return self._container
-        with _env_file({**proxy_variables(), **service.environment}) as env_args:
+        with _env_file({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
             options = [*self._service_options(service), *env_args]
             container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
         self._services[service.name] = container
@@ -289,11 +289,14 @@ class ContainerEnvironment(BaseEnvironment):
         args = [
             "--label", f"{LABEL_OWNER}={janitor.owner_token()}", "--label", f"{LABEL_TRIAL}={self.session_id}",
             "--label", f"{LABEL_SERVICE}={service}", "--pids-limit", str(self._pids_limit),
+            # Podman would pass the host's proxy variables as they are, credentials included: the
+            # container gets container_proxy_variables() instead.
+            "--http-proxy=false",
         ]  # fmt: skip
-        if profile := seccomp_profile():
-            args += ["--security-opt", f"seccomp={profile}"]
+        if seccomp := seccomp_options():
+            args += seccomp
         else:
-            self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl.")
+            self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl and unshare.")
         return args
 
     def _main_options(self) -> list[str]:
@@ -581,17 +584,13 @@ def _publish_tests(source: Path, target: Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
-def proxy_variables() -> dict[str, str]:
-    """The host's proxy settings (``HTTP(S)_PROXY``, ``NO_PROXY``, ...): the only host variables a trial gets."""
-    return {name: os.environ[name] for variable in PROXY_VARIABLES for name in (variable, variable.lower()) if os.environ.get(name)}
-
-
 def image_resolver(
     base_images: dict[str, str] | None = None,
     extra_ca_certs: list[str] | None = None,
     pull: bool = True,
     max_parallel_builds: int = 2,
     baked_paths: list[dict] | None = None,
+    pids_limit: int = DEFAULT_PIDS_LIMIT,
     **_: Any,
 ) -> ImageResolver:
     """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
@@ -600,7 +599,7 @@ def image_resolver(
         raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
     settings = ImageSettings(
         base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
-        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []),
+        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit,
     )  # fmt: skip
     return ImageResolver(settings)
 

@@ -21,30 +21,34 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 import re
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from harbor.environments.definition import should_use_prebuilt_docker_image
 from harbor.models.task.config import EnvironmentConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
+from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
 from prefect_harbor.sandbox.compose import Service
 from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
 from prefect_harbor.sandbox.engine import podman
+from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT, build_cgroup_parent
+from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.proxy import container_proxy_variables
+from prefect_harbor.sandbox.remote_sources import RemoteSourceError, fetch
+from prefect_harbor.sandbox.seccomp import seccomp_options
 from prefect_harbor.sandbox.standins import shipped_stand_in
 
 #: Bump when the way images are built changes, so old cached tags are not reused.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 #: Where bootstrapped bases live: a registry name nobody can pull from by accident.
 LOCAL_REGISTRY = "prefect-harbor.local"
 #: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
 IMAGE_REPOSITORY = "localhost/prefect-harbor/task"
-#: Build arguments Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 _CA_STAGE = "prefect-harbor-extra-ca"
 _CA_DIR_IN_IMAGE = "/usr/local/share/ca-certificates/prefect-harbor"
 
@@ -92,6 +96,8 @@ class ImageSettings:
     extra_ca_certs: list[Path] = field(default_factory=list)
     pull: bool = True
     max_parallel_builds: int = 2
+    #: The most processes a build's RUN steps may have at once (a trial's ``pids_limit``).
+    pids_limit: int = DEFAULT_PIDS_LIMIT
     #: Host files and folders copied into the image, as ``{"source", "target"}`` pairs (a
     #: prepared Python environment, for ``patch_dockerfile_with_sdk``). They must not change once made.
     baked_paths: list[dict] = field(default_factory=list)
@@ -232,22 +238,26 @@ class ImageResolver:
         if not await _exists(tag):
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
-                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
-                        await self._build(environment_dir, dockerfile, name, text, bases, tag, timeout_sec)
+                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds) as slot:
+                        await self._build(environment_dir, dockerfile, name, text, bases, tag, timeout_sec, slot)
         self._known[tag] = tag
         return tag
 
-    async def _build(self, context: Path, dockerfile: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float) -> None:
+    async def _build(
+        self, context: Path, dockerfile: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float, slot: int
+    ) -> None:  # fmt: skip
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(tag)
+        try:
+            guarded = guard(text, context, tag.rsplit(":", 1)[-1])
+        except UnsafeDockerfileError as refused:
+            raise ImageBuildError(f"{dockerfile}: {refused}") from None
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
             rewritten = Path(scratch, "Dockerfile")
             args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
-            for variable in PROXY_VARIABLES:
-                for spelling in (variable, variable.lower()):
-                    if os.environ.get(spelling):
-                        args += ["--build-arg", f"{spelling}={os.environ[spelling]}"]
-            text_out = pin_bases(text, bases, self._trust_store_lines())
+            args += await build_isolation(slot, self.settings.pids_limit)
+            args += await _downloads(guarded, Path(scratch, "downloads"), dockerfile)
+            text_out = pin_bases(guarded.text, bases, self._trust_store_lines())
             for n, pair in enumerate(self.settings.baked_paths):
                 source, target = Path(pair["source"]), pair["target"]
                 args += ["--build-context", f"prefect-harbor-baked-{n}={source if source.is_dir() else source.parent}"]
@@ -285,6 +295,31 @@ class ImageResolver:
             "RUN for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do "
             f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
         ]
+
+
+async def build_isolation(slot: int, pids_limit: int) -> list[str]:
+    """What every build's RUN steps get, as trials do: the guarded ``prefect-harbor`` network (NAT out,
+    no host service, no other container), the project's seccomp profile and capabilities
+    (``containers.conf``), the host's proxy without its credentials (not podman's own pass-through),
+    and a process limit for the build slot."""
+    network = await asyncio.to_thread(ensure_network)
+    proxies = await asyncio.to_thread(container_proxy_variables)
+    args = ["--network", network, *seccomp_options(), "--http-proxy=false"]
+    for variable, value in proxies.items():
+        args += ["--build-arg", f"{variable}={value}"]
+    return args + await asyncio.to_thread(build_cgroup_parent, slot, pids_limit)
+
+
+async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> list[str]:
+    """Fetch the guarded Dockerfile's ``ADD`` URLs (:mod:`.remote_sources`): the ``--build-context`` options that hold them."""
+    contexts: dict[str, Path] = {}
+    for context, file_name, url in guarded.downloads:
+        contexts.setdefault(context, folder / context).mkdir(parents=True, exist_ok=True)
+        try:
+            await fetch(url, contexts[context] / file_name)
+        except (RemoteSourceError, httpx.HTTPError) as failed:
+            raise ImageBuildError(f"{dockerfile}: {failed}") from None
+    return [option for context, path in contexts.items() for option in ("--build-context", f"{context}={path}")]
 
 
 def _sanitize(name: str) -> str:
@@ -326,19 +361,19 @@ async def _flock(path: Path) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _build_slot(directory: Path, slots: int) -> AsyncIterator[None]:
-    """One of ``slots`` host-wide build slots: builds are CPU- and disk-bound, so a few at a time."""
+async def _build_slot(directory: Path, slots: int) -> AsyncIterator[int]:
+    """One of ``slots`` host-wide build slots (its number): builds are CPU- and disk-bound, so a few at a time."""
     directory.mkdir(parents=True, exist_ok=True)
     handles = [(directory / f"build-slot-{n}.lock").open("w") for n in range(slots)]
     try:
         while True:
-            for handle in handles:
+            for slot, handle in enumerate(handles):
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue
                 try:
-                    yield
+                    yield slot
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
                 return
