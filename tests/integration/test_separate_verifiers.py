@@ -14,7 +14,7 @@ import pytest
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 
-from tasks_factory import write_separate_verifier_task
+from tasks_factory import VERIFIER_DOCKERFILE, write_multi_step_task, write_separate_verifier_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -36,12 +36,24 @@ def sweep(tmp_path: Path, tasks: Path, task_ids: list[str]) -> dict[str, dict]:
     return {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
 
 
+def write_steps_task(root: Path) -> None:
+    """Two steps: the first verified separately (its own tests/Dockerfile, its own artifact), the second shared."""
+    task = write_multi_step_task(root, "steps", {
+        "one": ("echo one > /app/one.txt", "[ \"$(cat /app/one.txt)\" = one ] && [ ! -e /app/two.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
+        "two": ("echo two > /app/two.txt", "[ -e /app/one.txt ] && [ -e /app/two.txt ] && echo 0.5 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
+    })  # fmt: skip
+    toml = (task / "task.toml").read_text().replace('name = "one"\n', 'name = "one"\nartifacts = ["/app/one.txt"]\n[steps.verifier]\nenvironment_mode = "separate"\n')
+    (task / "task.toml").write_text(toml)
+    (task / "steps" / "one" / "tests" / "Dockerfile").write_text(VERIFIER_DOCKERFILE)
+
+
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict]]:
     tmp_path = tmp_path_factory.mktemp("separate")
     for name, (options, _) in TASKS.items():
         write_separate_verifier_task(tmp_path / "tasks", name, **options)
-    return tmp_path, sweep(tmp_path, tmp_path / "tasks", list(TASKS))
+    write_steps_task(tmp_path / "tasks")
+    return tmp_path, sweep(tmp_path, tmp_path / "tasks", [*TASKS, "steps"])
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -51,6 +63,11 @@ def test_a_separate_verifier_scores_the_declared_artifact(swept, task):
     _, rows = swept
     row = rows[task]
     assert (row["status"], row["reward"]) == ("success", TASKS[task][1]), row["err_message"]
+
+
+def test_a_steps_own_separate_verifier_scores_it_and_the_next_step_goes_on_in_the_agents_container(swept):
+    _, rows = swept
+    assert (rows["steps"]["status"], rows["steps"]["reward"]) == ("success", 0.75), rows["steps"]["err_message"]
 
 
 def test_artifacts_reach_the_verifier_through_the_host_with_main_stopped_before_sidecar_evidence(swept):
