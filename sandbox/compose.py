@@ -168,7 +168,6 @@ class _Context:
 
     where: str  # "<file>: services.<name>"
     environment_dir: Path
-    tests_dir: str
 
     def at(self, key: str) -> str:
         return f"{self.where}.{key}"
@@ -192,8 +191,8 @@ def load(environment_dir: Path, tests_dir: str = "/tests", variables: ComposeVar
     for name, spec in specs.items():
         if not isinstance(name, str) or not _SERVICE_NAME.fullmatch(name) or not isinstance(spec, dict):
             raise ComposeNotSupported(f"{path}: services.{name}: a service needs a name of letters, digits, '_', '.', '-' and a mapping of settings.")
-    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir, tests_dir), _MAIN_KEYS)
-    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir, tests_dir)) for name, spec in specs.items()}
+    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir), _MAIN_KEYS)
+    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir)) for name, spec in specs.items()}
     project = Project(main, services, warnings=[f"{path}: {warning}" for warning in interpolation.warnings.values()])
     try:
         check_networks({name: project.service(name).networks for name in project.names}, document.get("networks"), str(path))
