@@ -13,6 +13,7 @@ from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, describe
+from prefect_harbor.sandbox.limits import ProcessBudgetError, trial_pids_limit
 
 
 async def load_block[B: (HarborBackend, ResultsStorage, ModelEndpoint)](block_type: type[B], name: str, field: str) -> B:
@@ -37,6 +38,15 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
         return await load_block(HarborBackend, backend_block, "backend_block")
     assert backend is not None
     return backend.revalidated()
+
+
+def check_process_budget(config: HarborBackend) -> None:
+    """The local sandbox's trials at once must fit the host's process budget with their per-trial limit."""
+    if config.environment.is_local_sandbox:
+        try:
+            trial_pids_limit(config.environment.kwargs.get("pids_limit"), config.n_concurrent)
+        except ProcessBudgetError as error:
+            raise ConfigurationError(str(error)) from None
 
 
 async def resolve_storage(storage: ResultsStorage | None, storage_block: str | None) -> ResultsStorage | None:

@@ -25,7 +25,9 @@ from prefect_harbor.config import ConfigurationError
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.cancellation import CancelScope
-from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, install_log_filters, resolve_backend, resolve_storage
+from prefect_harbor.flows.configuration import (
+    check_process_budget, harbor_logs_in_trial_logs_only, install_log_filters, resolve_backend, resolve_storage,
+)  # fmt: skip
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.lanes import Admission, LanePlan, Lanes, TrialRunner
 from prefect_harbor.flows.prewarm import prewarm_all
@@ -39,6 +41,7 @@ from prefect_harbor.trial.prewarm import PrewarmResult
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.sandbox.janitor import reap_orphans
+from prefect_harbor.sandbox.proxy import proxy_secrets
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.storage.run_store import RunStore
@@ -140,6 +143,7 @@ async def resolve_configuration(
         logger.debug(f"Could not tag the flow run: {error}")
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
+    check_process_budget(config)
     return config, block_name
 
 
@@ -241,9 +245,10 @@ def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor
 
 
 def run_secrets(config: HarborBackend, storage: ResultsStorage | None) -> list[str]:
-    """Every secret value the run knows: the native agent's and the model endpoint's keys, the storage's credentials,
-    and the credentials among the host variables tasks are given (task_env_passthrough)."""
-    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config) + passed_through_secrets(config.task_env_passthrough)
+    """Every secret value the run knows: the native agent's and the model endpoint's keys, the host's proxy
+    passwords, the storage's credentials, and the credentials among the host variables tasks are given
+    (task_env_passthrough)."""
+    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config) + proxy_secrets() + passed_through_secrets(config.task_env_passthrough)
     if storage is not None and storage.secret_access_key is not None:
         found.append(storage.secret_access_key.get_secret_value())
     return found

@@ -49,10 +49,12 @@ def container_proxy_variables() -> dict[str, str]:
             continue
         if (reachable := _reachable_proxy(value)) is not None:
             out[name] = reachable
-    if any(value != settings[name] for name, value in out.items()):  # a relay on the gateway is never proxied
-        gateway = gateway_address()
-        for name in ("NO_PROXY", "no_proxy"):
-            out[name] = ",".join(filter(None, [settings.get(name, ""), gateway]))
+    if any(value != settings[name] for name, value in out.items()):
+        # Through a relay: the gateway is never proxied, nor the container's own loopback (which
+        # the proxy could not reach); both spellings alike, since tools disagree on which wins.
+        exempt = [entry for name in ("NO_PROXY", "no_proxy") for entry in settings.get(name, "").split(",") if entry.strip()]
+        exempt += ["localhost", "127.0.0.1", "::1", gateway_address()]
+        out["NO_PROXY"] = out["no_proxy"] = ",".join(dict.fromkeys(entry.strip() for entry in exempt))
     else:
         out |= {name: value for name, value in settings.items() if name.upper() == "NO_PROXY"}
     return out

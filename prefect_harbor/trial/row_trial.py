@@ -33,6 +33,7 @@ from prefect_harbor.agents.native import native_agent_config
 from prefect_harbor.storage.results import ErrorCategory, RowResult
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
+from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
@@ -163,8 +164,13 @@ def task_environment_kwargs(backend: HarborBackend) -> dict:
 
 
 def environment_kwargs(backend: HarborBackend, run: RunContext) -> dict:
-    """The environment's options for this run's trials (and its prewarm, which must build the same image)."""
+    """The environment's options for this run's trials (and its prewarm, which must build the same image).
+
+    The local sandbox gets the per-trial process limit that fits this host's budget at the run's
+    trials at once (:func:`~prefect_harbor.sandbox.limits.trial_pids_limit`; the flow checked it first)."""
     kwargs = task_environment_kwargs(backend)
+    if backend.environment.is_local_sandbox:
+        kwargs["pids_limit"] = trial_pids_limit(kwargs.get("pids_limit"), backend.n_concurrent)
     if bakes_the_bundle(backend, run):
         assert run.bundle is not None
         kwargs["baked_paths"] = run.bundle.env.baked()

@@ -1,6 +1,7 @@
 """Task images built by podman from real Dockerfiles: semantics, caching, bases, failures, resources."""
 
 import logging
+import re
 import uuid
 from pathlib import Path
 
@@ -169,3 +170,18 @@ async def test_an_unpullable_base_gets_a_stand_in_that_does_what_tasks_expect_of
     with caplog.at_level(logging.WARNING):
         await fresh_resolver().ensure_built(context, "stand-in-task", timeout_sec=1800)
     assert f"'{base}' cannot be pulled: stood in by" in caplog.text and said in caplog.text
+
+
+async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
+    """podman 4.3 has no --pids-limit for builds: the build slot's cgroup holds its RUN steps to pids_limit,
+    and the host keeps its processes."""
+    fork_loop = (
+        "RUN perl -e 'my $n = 0; for (1 .. 400) { my $child = fork(); last unless defined $child; "
+        f'if ($child == 0) {{ sleep 5; exit 0 }} $n++ }} print "started $n\\n"; exit 1\'  # {uuid.uuid4().hex}\n'
+    )
+    context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\n{fork_loop}")
+    with pytest.raises(ImageBuildError) as failed:
+        await fresh_resolver(pids_limit=64).ensure_built(context, "forks", timeout_sec=300)
+    assert failed.value.log_path is not None
+    started = re.search(r"^started (\d+)$", failed.value.log_path.read_text(), re.MULTILINE)
+    assert started and int(started[1]) < 64, f"the loop ran unbounded: {started and started[0]}"

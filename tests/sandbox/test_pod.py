@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harbor.models.task.config import NetworkMode
@@ -64,6 +65,8 @@ async def test_main_reaches_its_services_by_name_and_stop_removes_every_one(make
         inspected = (await podman("inspect", "--format", "{{.HostConfig.PidsLimit}} {{.HostConfig.Binds}} {{.HostConfig.SecurityOpt}}", services["api"])).text
         assert inspected.startswith("321 [] ") and "seccomp=" in inspected, inspected
         pod = env._pod.name
+        cgroup = (await podman("pod", "inspect", "--format", "{{.CgroupPath}}", pod)).text
+        assert Path(f"/sys/fs/cgroup/pids{cgroup}/pids.max").read_text().strip() == str(321 + 32), "the pod as a whole has no process limit"
     finally:
         await env.stop(delete=True)
     assert set(services) == {"api", "seed"}
