@@ -127,7 +127,8 @@ class HarborBackend(Block):
         title="Host Variables Tasks May Read",
         description=(
             "Host environment variables a task.toml may pull in with ${VAR} templates ([environment.env], [solution.env], "
-            "[verifier.env]). Empty by default: a task is someone else's data, and a task asking for any other variable fails its rows."
+            "[verifier.env]), and its docker-compose.yaml with ${VAR}. Empty by default: a task is someone else's data; a task.toml "
+            "asking for any other variable fails its rows, and in compose any other is empty (or its default), with a warning."
         ),
     )
     archive_max_file_mb: int = Field(

@@ -47,6 +47,7 @@ from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
 from prefect_harbor.trial.row_trial import RunContext
+from prefect_harbor.trial.task_env import passed_through_secrets
 
 install_log_filters()
 
@@ -247,8 +248,9 @@ def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor
 
 def run_secrets(config: HarborBackend, storage: ResultsStorage | None) -> list[str]:
     """Every secret value the run knows: the native agent's and the model endpoint's keys, the host's proxy
-    passwords, and the storage's credentials."""
-    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config) + proxy_secrets()
+    passwords, the storage's credentials, and the credentials among the host variables tasks are given
+    (task_env_passthrough)."""
+    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config) + proxy_secrets() + passed_through_secrets(config.task_env_passthrough)
     if storage is not None and storage.secret_access_key is not None:
         found.append(storage.secret_access_key.get_secret_value())
     return found

@@ -21,7 +21,9 @@ monitor (conmon) per container. Per trial:
 * ``/tests`` is a read-only mount of an empty host folder, from the container's start: the
   verifier's upload writes into that folder on the host, so the tests appear only at
   verification, and nothing in the container (not root, not a process the agent left
-  running) can read them early or rewrite them before they run (``protect_tests``).
+  running) can read them early or rewrite them before they run (``protect_tests``). A
+  separate verifier's own image (built from the task's ``tests/``) brings its tests, and gets
+  no such mount over them (:mod:`.separate_verifier`).
 * A compose task with services beside ``main`` (:mod:`.compose`) runs as one pod
   (:mod:`.pod`): each service in a container of its own, all sharing the pod's network
   namespace, where every service name resolves to the pod's loopback. The pod, not a
@@ -60,8 +62,10 @@ from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIA
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, default_extra_ca_certs
+from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.proxy import container_proxy_variables
+from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
@@ -98,6 +102,7 @@ class ContainerEnvironment(BaseEnvironment):
         default_memory_mb: int = DEFAULT_MEMORY_MB,
         protect_tests: bool = True,
         userns: str | None = None,
+        task_env_passthrough: list[str] | None = None,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -120,10 +125,14 @@ class ContainerEnvironment(BaseEnvironment):
         protect_tests: mount ``/tests`` read-only (see the module docstring). Off: the tests
             are copied in at verification as Harbor's docker environment does, writable, and
             a process the agent left behind can rewrite them.
+        task_env_passthrough: the host variables a compose file's ``${VAR}`` may read (the
+            backend's field of that name; :mod:`.interpolation`).
         """
+        self._owns_tests = owns_its_tests(kwargs)
+        self._compose_variables = ComposeVariables.from_host(task_env_passthrough or ())
         self._images = image_resolver(
-            base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds, baked_paths=baked_paths,
-            pids_limit=pids_limit,
+            base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds,
+            baked_paths=None if self._owns_tests else baked_paths, pids_limit=pids_limit,
         )  # fmt: skip
         if pids_limit < 1:
             raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")
@@ -157,7 +166,17 @@ class ContainerEnvironment(BaseEnvironment):
     @property
     @override
     def capabilities(self) -> EnvironmentCapabilities:
-        return EnvironmentCapabilities(disable_internet=True, mounted=False)
+        # docker_compose: compose services run in a pod, with Harbor's per-service operations
+        # (collect hooks, sidecar artifacts) below; overlays are refused (_validate_extra_docker_compose_support).
+        return EnvironmentCapabilities(disable_internet=True, mounted=False, docker_compose=True)
+
+    @override
+    def _validate_extra_docker_compose_support(self) -> None:
+        if self.extra_docker_compose_paths:
+            raise ValueError(
+                "extra_docker_compose overlays are not read by the local container sandbox; "
+                "put the settings in the task's environment/docker-compose.yaml, or run in Harbor's 'docker' environment."
+            )
 
     @classmethod
     @override
@@ -186,7 +205,7 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        self._compose = check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
+        self._compose = check_environment_definition(self.environment_dir, self.task_env_config.docker_image, self._compose_variables, self.logger)
 
     @property
     def container_id(self) -> str | None:
@@ -222,7 +241,7 @@ class ContainerEnvironment(BaseEnvironment):
         network = "none" if no_network else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
-        if self._tests_folder is None and self._protect_tests:
+        if self._tests_folder is None and self._protect_tests and not self._owns_tests:
             self._tests_folder = _tests_folder()
         with _env_file({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
@@ -256,7 +275,7 @@ class ContainerEnvironment(BaseEnvironment):
         """The trial as a pod (:mod:`.pod`): main and its compose services, started as ``compose up --wait`` would."""
         assert self._compose is not None
         labels = {LABEL_OWNER: janitor.owner_token(), LABEL_TRIAL: self.session_id}
-        self._pod = pod.Pod(name, labels, network, self._compose.names, pids_limit=self._pids_limit, userns=self._userns)
+        self._pod = pod.Pod(name, labels, network, self._compose.host_names, pids_limit=self._pids_limit, userns=self._userns)
         try:
             await self._pod.create()
             if network != "none":
@@ -620,10 +639,15 @@ def check_userns(userns: str | None) -> str | None:
     return userns
 
 
-def check_environment_definition(environment_dir: Path, docker_image: str | None) -> Project | None:
-    """The task's compose project, if any; refuse what this sandbox cannot start (compose keys
-    it cannot honour, neither a Dockerfile nor an image)."""
-    project = compose.load(environment_dir, str(TESTS_DIR))
+def check_environment_definition(
+    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: logging.Logger | logging.LoggerAdapter | None = None
+) -> Project | None:
+    """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
+    warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
+    honour, neither a Dockerfile nor an image)."""
+    project = compose.load(environment_dir, str(TESTS_DIR), variables)
+    for warning in project.warnings if project and warn else ():
+        warn.warning(warning)  # type: ignore[union-attr]
     if not (environment_dir / "Dockerfile").is_file():
         require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
     return project
@@ -654,7 +678,7 @@ async def task_image_names(
     a base still to bootstrap or stand in raises :class:`~.images.BaseNotMadeError`. With
     :func:`present_images`, how a prewarm finds a task with nothing to build."""
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
     resolver = image_resolver(**{**kwargs, "make_bases": False})
     name = config.task.short_name if config.task else task_dir.name
     main = project.main if project else None
@@ -662,7 +686,7 @@ async def task_image_names(
         task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=False, warn=logger
     )
     services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
-    return [image, *services.values()]
+    return [image, *services.values(), *await verifier_images(task_dir, config, name, {**kwargs, "make_bases": False}, logger, build=False)]
 
 
 @dataclass(frozen=True)
@@ -686,7 +710,7 @@ async def prepare_task_image(
     bases are checked, and nothing is pulled, bootstrapped or built.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
     # fresh: its build count is this call's
     resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build})
     name = config.task.short_name if config.task else task_dir.name
@@ -696,7 +720,27 @@ async def prepare_task_image(
     )
     built = resolver.builds
     await service_images(resolver, project, name, config.environment, build=build, warn=logger)
+    await verifier_images(task_dir, config, name, {**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build}, logger, build=build)
     return PreparedImage(image, resolver.sources[image], resolver.log_path(image) if built else None)
+
+
+async def verifier_images(
+    task_dir: Path, config: TaskConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
+) -> list[str]:
+    """The images of the task's separate verifiers (:mod:`.separate_verifier`), main first then
+    their compose services, made (with ``build``) as the trial's verifier will make them."""
+    images: list[str] = []
+    for definition in verifier_environments(task_dir, config):
+        project = check_environment_definition(definition.directory, definition.config.docker_image, _compose_variables(kwargs), logger)
+        resolver = image_resolver(**verifier_image_kwargs(kwargs, definition))
+        main = project.main if project else None
+        images.append(await resolver.task_image(definition.directory, name, with_service_image(definition.config, main), build=build, warn=logger))
+        images += (await service_images(resolver, project, name, definition.config, build=build, warn=logger)).values()
+    return images
+
+
+def _compose_variables(kwargs: dict[str, Any]) -> ComposeVariables:
+    return ComposeVariables.from_host(kwargs.get(PASSTHROUGH_OPTION) or ())
 
 
 def _volume(mount: dict) -> str:

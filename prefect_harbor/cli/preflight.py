@@ -22,7 +22,7 @@ from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.images import BaseNotMadeError, ImageSource
 from prefect_harbor.rows.sources import RowRejected, TaskResolver
-from prefect_harbor.trial.row_trial import validate_task
+from prefect_harbor.trial.row_trial import task_environment_kwargs, validate_task
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows
         if not backend.environment.is_local_sandbox:
             report.note = f"environment {backend.environment.type or backend.environment.import_path}: its image is not checked here"
             return report
-        prepared = await prepare_task_image(task.path, backend.environment.kwargs, logger, build=False, force_build=backend.force_build)
+        prepared = await prepare_task_image(task.path, task_environment_kwargs(backend), logger, build=False, force_build=backend.force_build)
         report.image = image_plan(prepared.source, pull)
     except BaseNotMadeError as error:
         report.note = str(error)
