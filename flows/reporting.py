@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import re
 import time
 from datetime import UTC, datetime
@@ -159,6 +161,8 @@ class RowsTable:
         self.tally, self.total, self.interval, self.every = tally, total, interval, every
         self.shown_rows = 0
         self.shown_at: float | None = None
+        # Made in the flow run: published from a row's task run, the artifact would be filed under that task run.
+        self._flow_context = contextvars.copy_context()
 
     async def advance(self) -> None:
         """A row finished: publish if it is the first, or enough rows or time went by since the last time."""
@@ -170,9 +174,11 @@ class RowsTable:
             await self.publish(f"Row by row, as they finish: {self.tally.rows} of {self.total} so far.")
 
     async def publish(self, description: str) -> None:
+        """A new version of the table, filed under the flow run (whichever row's task run finished last)."""
         rows = sorted(self.tally.first_rows, key=lambda row: row["index"])
         self.shown_rows, self.shown_at = len(rows), time.monotonic()
-        await acreate_table_artifact(key=ROWS_KEY, table=[{key: value for key, value in row.items() if key != "index"} for row in rows], description=description)
+        table = [{key: value for key, value in row.items() if key != "index"} for row in rows]
+        await asyncio.create_task(acreate_table_artifact(key=ROWS_KEY, table=table, description=description), context=self._flow_context.copy())
 
     async def finish(self, summary: SweepSummary) -> None:
         listed = len(self.tally.first_rows)

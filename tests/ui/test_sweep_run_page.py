@@ -85,6 +85,7 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
         page.get_by_text("missing-1").first.wait_for(timeout=30_000)
         page.screenshot(path=screenshots / "mixed-run-row-table-while-running.png", full_page=True)
         assert running["state_type"] == "RUNNING" and "archive" in page.locator("table").first.inner_text()
+        assert live["task_run_id"] is None, "the row table is the flow run's, not the task run of the row that finished last"
         cancel = subprocess.run([CLI, "cancel", str(run_folder), "slow-1", "--json"], env=env, capture_output=True, text=True, timeout=120)
         assert json.loads(cancel.stdout) == {"slow-1": "cancelled_running"}, cancel.stderr
         output, _ = sweep.communicate(timeout=180)
