@@ -293,10 +293,11 @@ async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_pa
             return datetime.now(tz) + timedelta(hours=3)
 
     monkeypatch.setattr(reporting, "datetime", HoursLater)
+    first_name = again.name  # a str: the engine renames the object it is given
     state = await run_flow_async(evaluation_sweep, flow_run=again, parameters=parameters, return_type="state")
     assert state.is_completed(), state
     async with get_client() as client:
-        assert (await client.read_flow_run(run.id)).name == again.name, "the retry renamed the run"
+        assert (await client.read_flow_run(run.id)).name == first_name, "the retry renamed the run"
         reports = [a for a in await client.read_artifacts() if a.flow_run_id == run.id and a.key == reporting.REPORT_KEY]
     report = max(reports, key=lambda a: a.created).data
     assert "## Rows run again" in report and "ran again: their earlier task runs (Cancelled) are superseded" in report and report.count(": b.") == 1, report
