@@ -90,6 +90,14 @@ class HarborBackend(Block):
     code_dir: Path | None = Field(title="Workflow Project Directory", default=None, description="The workflow's project (pyproject.toml plus one package); inferred from the workflow when omitted.")
     bundle: Path | None = Field(title="Prebuilt Bundle Wheel", default=None, description="A prebuilt bundle wheel to use instead of building code_dir.")
     environment: TrialEnvironment = Field(title="Trial Environment", default_factory=TrialEnvironment, description="The Harbor environment trials run in.")
+    force_build: bool = Field(
+        title="Build Task Images from their Dockerfiles",
+        default=False,
+        description=(
+            "Build each task's image from its environment/Dockerfile even when its task.toml names a prebuilt docker_image "
+            "(Harbor's force_build, as harbor run --force-build). Off: the prebuilt image is used when it can be had, else the Dockerfile is built."
+        ),
+    )
     trials_dir: str = Field(title="Trials Directory", default_factory=default_trials_dir, description="Local folder for Harbor trial directories; empty: prefect-harbor/trials under the system temporary folder (/tmp).")
     cleanup_successful_trials: bool = Field(title="Delete Successful Trial Directories", default=True, description="Delete a successful row's local trial directory after archiving.")
     patch_dockerfile_with_sdk: bool | None = Field(
@@ -119,7 +127,8 @@ class HarborBackend(Block):
         title="Host Variables Tasks May Read",
         description=(
             "Host environment variables a task.toml may pull in with ${VAR} templates ([environment.env], [solution.env], "
-            "[verifier.env]). Empty by default: a task is someone else's data, and a task asking for any other variable fails its rows."
+            "[verifier.env]), and its docker-compose.yaml with ${VAR}. Empty by default: a task is someone else's data; a task.toml "
+            "asking for any other variable fails its rows, and in compose any other is empty (or its default), with a warning."
         ),
     )
     archive_max_file_mb: int = Field(

@@ -18,6 +18,7 @@ from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, describe
+from prefect_harbor.sandbox.limits import ProcessBudgetError, trial_pids_limit
 
 
 #: What the run form's block picker sends for a picked block: ``{"$ref": {"block_document_id": "…"}}``.
@@ -107,6 +108,15 @@ async def resolve_backend(backend: HarborBackend | None, backend_block: str | No
         if backend._block_document_name is None:  # made in code: there is no block to edit
             raise ConfigurationError(describe(error)) from error
         raise not_valid("backend", backend._block_document_name, HarborBackend, describe(error)) from error
+
+
+def check_process_budget(config: HarborBackend) -> None:
+    """The local sandbox's trials at once must fit the host's process budget with their per-trial limit."""
+    if config.environment.is_local_sandbox:
+        try:
+            trial_pids_limit(config.environment.kwargs.get("pids_limit"), config.n_concurrent)
+        except ProcessBudgetError as error:
+            raise ConfigurationError(str(error)) from None
 
 
 async def resolve_storage(storage: ResultsStorage | None, storage_block: str | None) -> ResultsStorage | None:

@@ -11,7 +11,7 @@ from prefect.artifacts import acreate_table_artifact
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.bundle import build_bundle_flow
-from prefect_harbor.flows.configuration import resolve_backend
+from prefect_harbor.flows.configuration import check_process_budget, resolve_backend
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
@@ -64,6 +64,7 @@ async def prewarm_flow(
     """
     logger = get_run_logger()
     config = await resolve_backend(backend, backend_block)
+    check_process_budget(config)
     bundle: BundleRuntime | None = await build_bundle_flow(backend=config) if config.has_bundle else None
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     selected = sorted({*(task_ids or []), *(scan_dataset(dataset).task_ids if dataset else [])})

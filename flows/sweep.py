@@ -29,6 +29,7 @@ from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.flows.configuration import (
     Reference,
     backend_block_name,
+    check_process_budget,
     harbor_logs_in_trial_logs_only,
     install_log_filters,
     picked,
@@ -49,11 +50,13 @@ from prefect_harbor.trial.prewarm import PrewarmResult
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.sandbox.janitor import reap_orphans
+from prefect_harbor.sandbox.proxy import proxy_secrets
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
 from prefect_harbor.trial.row_trial import RunContext
+from prefect_harbor.trial.task_env import passed_through_secrets
 
 install_log_filters()
 
@@ -157,6 +160,7 @@ async def resolve_configuration(
     await tag_run(tags, logger)
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
+    check_process_budget(config)
     return config, block_name
 
 
@@ -277,12 +281,16 @@ def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor
     for result in prewarmed:
         if result.build_log and Path(result.build_log).is_file():
             text = Path(result.build_log).read_text(errors="replace")
+            if result.image_source:  # which image the task's rows ran: its prebuilt one, or this build
+                text = f"# {result.task}: {result.image_source}\n{text}"
             store.write_bytes(f"prewarm/{path_safe(result.task)}.build.log", redactor.text(text).encode())
 
 
 def run_secrets(config: HarborBackend, storage: ResultsStorage | None) -> list[str]:
-    """Every secret value the run knows: the native agent's and the model endpoint's keys, and the storage's credentials."""
-    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config)
+    """Every secret value the run knows: the native agent's and the model endpoint's keys, the host's proxy
+    passwords, the storage's credentials, and the credentials among the host variables tasks are given
+    (task_env_passthrough)."""
+    found = secret_values(config.native_agent_kwargs) + endpoint_secrets(config) + proxy_secrets() + passed_through_secrets(config.task_env_passthrough)
     if storage is not None and storage.secret_access_key is not None:
         found.append(storage.secret_access_key.get_secret_value())
     return found

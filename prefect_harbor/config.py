@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harbor.models.environment_type import EnvironmentType
+from harbor.models.task.config import TaskConfig
+from harbor.models.task.verifier_mode import VerifierEnvironmentDefinition
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prefect_harbor.sandbox import IMPORT_PATH as SANDBOX_IMPORT_PATH
+from prefect_harbor.sandbox.separate_verifier import verifier_environments
 
 TaskMode = Literal["template", "dataset"]
 #: Set (by ``prefect-harbor sweep --verbose``, or by hand for serve and workers) to keep
@@ -106,9 +109,31 @@ def default_trials_dir() -> str:
 def own_verifier(task_dir: Path) -> str | None:
     """The task's own reward source, as Harbor finds it: ``tests/test.sh``, or a multi-step
     task's ``steps/<name>/tests/test.sh`` (Harbor 0.25 runs the steps and combines their
-    rewards by the task's ``multi_step_reward_strategy``); None when it has neither."""
+    rewards by the task's ``multi_step_reward_strategy``), or a separate verifier's own image,
+    which brings its tests (``tests/Dockerfile``, or ``[verifier.environment] docker_image``);
+    None when it has none of these. A separate verifier is named with it."""
+    separate = separate_verifiers(task_dir)
+    where = f", separate verifier: {'; '.join(_described(d, task_dir) for d in separate)}" if separate else ""
     if (task_dir / "tests" / "test.sh").is_file():
-        return "tests/test.sh"
+        return f"tests/test.sh{where}"
     steps = sorted(task_dir.glob("steps/*/tests/test.sh"))
-    return f"steps/*/tests/test.sh ({len(steps)} steps)" if steps else None
+    if steps:
+        return f"steps/*/tests/test.sh ({len(steps)} steps){where}"
+    return f"the verifier image's own /tests/test.sh{where}" if any(d.bundled_tests for d in separate) else None
 
+
+def separate_verifiers(task_dir: Path) -> list[VerifierEnvironmentDefinition]:
+    """The environments the task's separate verifiers run in, as Harbor resolves them (empty when
+    every verifier is shared, or when task.toml cannot be read: the task's validation says why)."""
+    try:
+        return verifier_environments(task_dir, TaskConfig.model_validate_toml((task_dir / "task.toml").read_text()))
+    except (OSError, ValueError):
+        return []
+
+
+def _described(definition: VerifierEnvironmentDefinition, task_dir: Path) -> str:
+    if not definition.bundled_tests:
+        return "a fresh copy of the task's environment"
+    if definition.config.docker_image:
+        return f"image {definition.config.docker_image}"
+    return f"built from {definition.directory.relative_to(task_dir.resolve())}/"

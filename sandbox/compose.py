@@ -15,8 +15,15 @@ the file the same way, into a :class:`Project` the local sandbox can start
 * Every other service is built from its own context and Dockerfile inside the environment
   folder, or runs its ``image``; its command, entrypoint, environment, working_dir, user,
   init and healthcheck are honoured, as are ``depends_on`` conditions.
-* Anything else is refused before the trial starts, naming the key: host mounts, host
-  variables (``${VAR}``), extra privileges, networks of the task's own, build contexts
+* ``${VAR}`` in values is filled as compose fills it, from the host variables the backend
+  passes through and no others (:mod:`.interpolation`); ``$$`` is a literal ``$``.
+* Networks: a trial's services share one network namespace, where each reaches every other
+  by name, so the implicit ``default`` network, and any ``networks:`` that leave no two
+  services apart (plain bridge networks, every two services sharing one), are honoured, with
+  ``aliases`` as more names for the service (:mod:`.networks`).
+* Anything else is refused before the trial starts, naming the key: host mounts, extra
+  privileges, networks that keep services apart or that this sandbox cannot make
+  (``external``, ``internal``, drivers and their options, fixed addresses), build contexts
   outside the environment folder. A task is someone else's data, and the agent is hostile.
 """
 
@@ -32,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from prefect_harbor.sandbox.interpolation import ComposeVariables, Interpolation, InterpolationError
+from prefect_harbor.sandbox.networks import NetworkNotHonoured, check_networks, service_networks
 
 COMPOSE_FILE = "docker-compose.yaml"
 #: The service Harbor runs the agent and the tests in.
@@ -105,6 +115,8 @@ class Service:
     no_network: bool = False
     healthcheck: Healthcheck | None = None
     depends_on: dict[str, str] = field(default_factory=dict)  # service -> condition
+    #: network -> its ``aliases`` (more names for this service); compose's implicit ``default`` without ``networks:``
+    networks: dict[str, list[str]] = field(default_factory=lambda: {"default": []})
 
     @property
     def extra_host_entries(self) -> list[tuple[str, str]]:
@@ -132,11 +144,19 @@ class Project:
     main: Service
     services: dict[str, Service] = field(default_factory=dict)
     start_order: list[Service] = field(default_factory=list)
+    #: What the sandbox gave no value, once per variable (e.g. an unset ``${VAR}``): the caller logs them as WARNINGs.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
-        """Every service's name: each resolves, in every container of the trial, to the pod's loopback."""
+        """Every service's name."""
         return [MAIN, *self.services]
+
+    @property
+    def host_names(self) -> list[str]:
+        """Every service's name and network alias: each resolves, in every container of the trial, to the pod's loopback."""
+        aliases = (alias for name in self.names for names in self.service(name).networks.values() for alias in names)
+        return list(dict.fromkeys([*self.names, *aliases]))
 
     def service(self, name: str) -> Service:
         return self.main if name == MAIN else self.services[name]
@@ -148,28 +168,36 @@ class _Context:
 
     where: str  # "<file>: services.<name>"
     environment_dir: Path
-    tests_dir: str
 
     def at(self, key: str) -> str:
         return f"{self.where}.{key}"
 
 
-def load(environment_dir: Path, tests_dir: str = "/tests") -> Project | None:
-    """The task's compose project (None without a compose file); :class:`ComposeNotSupported`
-    names the first thing that cannot be honoured."""
+def load(environment_dir: Path, tests_dir: str = "/tests", variables: ComposeVariables | None = None) -> Project | None:
+    """The task's compose project (None without a compose file), its ``${VAR}`` filled from
+    ``variables`` (none by default); :class:`ComposeNotSupported` names the first thing that
+    cannot be honoured."""
     path = environment_dir / COMPOSE_FILE
     if not path.is_file():
         return None
-    document = _document(path)
+    interpolation = Interpolation(variables or ComposeVariables(), tests_dir)
+    try:
+        document = interpolation.document(_document(path), "")
+    except InterpolationError as error:
+        raise ComposeNotSupported(f"{path}: {error}") from None
     specs = {name: spec or {} for name, spec in (document.get("services") or {}).items()}
     # Compose starts services with profiles only when asked to; `harbor` never asks.
     specs = {name: spec for name, spec in specs.items() if not (isinstance(spec, dict) and spec.get("profiles"))}
     for name, spec in specs.items():
         if not isinstance(name, str) or not _SERVICE_NAME.fullmatch(name) or not isinstance(spec, dict):
             raise ComposeNotSupported(f"{path}: services.{name}: a service needs a name of letters, digits, '_', '.', '-' and a mapping of settings.")
-    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir, tests_dir), _MAIN_KEYS)
-    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir, tests_dir)) for name, spec in specs.items()}
-    project = Project(main, services)
+    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir), _MAIN_KEYS)
+    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir)) for name, spec in specs.items()}
+    project = Project(main, services, warnings=[f"{path}: {warning}" for warning in interpolation.warnings.values()])
+    try:
+        check_networks({name: project.service(name).networks for name in project.names}, document.get("networks"), str(path))
+    except NetworkNotHonoured as error:
+        raise ComposeNotSupported(str(error)) from None
     if services and main.no_network:
         raise ComposeNotSupported(
             f"{path}: services.main.network_mode: 'none' would cut main off from its services; "
@@ -186,11 +214,11 @@ def _document(path: Path) -> dict[str, Any]:
         raise ComposeNotSupported(f"{path}: not valid YAML ({error})") from None
     if not isinstance(document, dict) or not isinstance(document.get("services") or {}, dict):
         raise ComposeNotSupported(f"{path}: a compose file is a mapping with a 'services' mapping.")
-    extra = sorted(set(document) - {"services", "version", "name"})
+    extra = sorted(key for key in set(document) - {"services", "version", "name", "networks"} if not str(key).startswith("x-"))
     if extra:
         raise ComposeNotSupported(
             f"{path}: top-level {', '.join(extra)} cannot be honoured by the local container sandbox "
-            "(a trial's services share one private network and no volumes); copy what they need in their Dockerfiles."
+            "(a trial's services share no volumes, configs or secrets); copy what they need in their Dockerfiles."
         )
     return document
 
@@ -201,7 +229,7 @@ Handler = Callable[[Service, Any, _Context], None]
 def _service(name: str, spec: dict[str, Any], context: _Context, handlers: dict[str, Handler]) -> Service:
     service = Service(name=name)
     for key, value in spec.items():
-        if key in _IGNORED:
+        if key in _IGNORED or str(key).startswith("x-"):  # x-*: compose's extension fields, ignored by compose too
             continue
         handler = handlers.get(key)
         if handler is None:
@@ -245,9 +273,7 @@ def _set_environment(service: Service, value: Any, context: _Context) -> None:
         pairs = [tuple(str(item).split("=", 1)) if "=" in str(item) else (str(item), "") for item in value]
     else:
         raise ComposeNotSupported(f"{where}: give a mapping or a list of NAME=value.")
-    service.environment = {
-        str(key): _literal("" if item is None else str(item).replace("${TEST_DIR}", context.tests_dir), f"{where}.{key}") for key, item in pairs
-    }
+    service.environment = {str(key): "" if item is None else _literal(item, f"{where}.{key}") for key, item in pairs}
 
 
 def _set_working_dir(service: Service, value: Any, context: _Context) -> None:
@@ -274,6 +300,13 @@ def _set_shm_size(service: Service, value: Any, context: _Context) -> None:
 
 def _set_healthcheck(service: Service, value: Any, context: _Context) -> None:
     service.healthcheck = _healthcheck(value or {}, context.at("healthcheck"))
+
+
+def _set_networks(service: Service, value: Any, context: _Context) -> None:
+    try:
+        service.networks = service_networks(value, context.at("networks"))
+    except NetworkNotHonoured as error:
+        raise ComposeNotSupported(str(error)) from None
 
 
 def _set_depends_on(service: Service, value: Any, context: _Context) -> None:
@@ -346,7 +379,15 @@ def _side_build(service: Service, value: Any, context: _Context) -> None:
 
 
 def _side_image(service: Service, value: Any, context: _Context) -> None:
-    service.image = _literal(value, context.at("image"))
+    if value != _HARBOR_IMAGE:
+        service.image = _literal(value, context.at("image"))
+        return
+    # Harbor's name for main's image, which is built from the environment's Dockerfile: the same
+    # build (the same content, so the same cached image), unless the service has a build of its own.
+    dockerfile = context.environment_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise ComposeNotSupported(f"{context.at('image')}: {_HARBOR_IMAGE} is main's image, built from the environment's Dockerfile, and there is none; give the service an image or a build.")
+    service.build = service.build or Build(context.environment_dir.resolve(), dockerfile.resolve())
 
 
 def _side_command(service: Service, value: Any, context: _Context) -> None:
@@ -364,7 +405,7 @@ def _side_init(service: Service, value: Any, context: _Context) -> None:
 _COMMON_KEYS: dict[str, Handler] = {
     "environment": _set_environment, "working_dir": _set_working_dir, "entrypoint": _set_entrypoint,
     "extra_hosts": _set_extra_hosts, "shm_size": _set_shm_size, "healthcheck": _set_healthcheck,
-    "depends_on": _set_depends_on,
+    "depends_on": _set_depends_on, "networks": _set_networks,
 }  # fmt: skip
 _MAIN_KEYS: dict[str, Handler] = {
     **_COMMON_KEYS, "build": _main_build, "image": _main_image, "command": _main_command,
@@ -379,15 +420,10 @@ _SIDE_KEYS: dict[str, Handler] = {
 
 
 def _literal(value: Any, where: str) -> str:
-    """A compose string with ``$$`` unescaped. Compose would fill ``${VAR}`` from the host's
-    environment: a task is someone else's data, so that is refused (task.toml's
-    ``[environment.env]`` with the backend's ``task_env_passthrough`` is the way)."""
-    text = str(value)
-    if re.search(r"\$\{?[A-Za-z_]", text.replace("$$", "")):
-        raise ComposeNotSupported(
-            f"{where}: {text!r} reads a host variable; set it in task.toml's [environment.env] (allowed by the backend's task_env_passthrough)."
-        )
-    return text.replace("$$", "$")
+    """A compose value as a string (already interpolated by :func:`load`: no ``$$`` left to unescape)."""
+    if isinstance(value, dict | list):
+        raise ComposeNotSupported(f"{where}: give a string, not {type(value).__name__}.")
+    return str(value)
 
 
 def _argv(value: Any, where: str) -> list[str]:

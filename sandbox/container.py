@@ -21,7 +21,9 @@ monitor (conmon) per container. Per trial:
 * ``/tests`` is a read-only mount of an empty host folder, from the container's start: the
   verifier's upload writes into that folder on the host, so the tests appear only at
   verification, and nothing in the container (not root, not a process the agent left
-  running) can read them early or rewrite them before they run (``protect_tests``).
+  running) can read them early or rewrite them before they run (``protect_tests``). A
+  separate verifier's own image (built from the task's ``tests/``) brings its tests, and gets
+  no such mount over them (:mod:`.separate_verifier`).
 * A compose task with services beside ``main`` (:mod:`.compose`) runs as one pod
   (:mod:`.pod`): each service in a container of its own, all sharing the pod's network
   namespace, where every service name resolves to the pod's loopback. The pod, not a
@@ -44,6 +46,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
@@ -53,13 +56,16 @@ from harbor.environments.definition import require_agent_environment_definition
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import compose, janitor, pod, transfer
+from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
-from prefect_harbor.sandbox.engine import (
-    DEFAULT_SECCOMP_PROFILE, LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path, seccomp_profile,
-)  # fmt: skip
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
+from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
-from prefect_harbor.sandbox.images import PROXY_VARIABLES, ImageResolver, ImageSettings, default_extra_ca_certs
+from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, default_extra_ca_certs
+from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
+from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
+from prefect_harbor.sandbox.proxy import container_proxy_variables
+from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
@@ -68,7 +74,6 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 #: Where Harbor's verifier uploads a task's tests.
 TESTS_DIR = PurePosixPath("/tests")
-DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
@@ -96,6 +101,8 @@ class ContainerEnvironment(BaseEnvironment):
         max_copy_mb: int = DEFAULT_MAX_COPY_MB,
         default_memory_mb: int = DEFAULT_MEMORY_MB,
         protect_tests: bool = True,
+        userns: str | None = None,
+        task_env_passthrough: list[str] | None = None,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -111,13 +118,22 @@ class ContainerEnvironment(BaseEnvironment):
         max_copy_mb: the most one copy out of the container (a log folder) may write on the host.
         baked_paths: ``{"source", "target"}`` host files and folders copied into the image at
             build time (``patch_dockerfile_with_sdk``: a workflow bundle's prepared environment).
+        userns: ``"auto"`` runs the trial in a user namespace of its own (podman's
+            ``--userns=auto``), so that its root is not the host's root; it needs ranges for the
+            ``containers`` user in ``/etc/subuid`` and ``/etc/subgid``. Off by default: it adds about a
+            second to each start of a large image (README, "Isolation").
         protect_tests: mount ``/tests`` read-only (see the module docstring). Off: the tests
             are copied in at verification as Harbor's docker environment does, writable, and
             a process the agent left behind can rewrite them.
+        task_env_passthrough: the host variables a compose file's ``${VAR}`` may read (the
+            backend's field of that name; :mod:`.interpolation`).
         """
+        self._owns_tests = owns_its_tests(kwargs)
+        self._compose_variables = ComposeVariables.from_host(task_env_passthrough or ())
         self._images = image_resolver(
-            base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds, baked_paths=baked_paths
-        )
+            base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds,
+            baked_paths=None if self._owns_tests else baked_paths, pids_limit=pids_limit,
+        )  # fmt: skip
         if pids_limit < 1:
             raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")
         if max_copy_mb < 1:
@@ -126,6 +142,7 @@ class ContainerEnvironment(BaseEnvironment):
         self._default_memory_mb = default_memory_mb
         self._pids_limit = pids_limit
         self._protect_tests = protect_tests
+        self._userns = check_userns(userns)
         self._tests_folder: Path | None = None  # made by start()
         self._container: str | None = None
         self._pod: pod.Pod | None = None  # a multi-service task's, between start() and stop()
@@ -149,7 +166,17 @@ class ContainerEnvironment(BaseEnvironment):
     @property
     @override
     def capabilities(self) -> EnvironmentCapabilities:
-        return EnvironmentCapabilities(disable_internet=True, mounted=False)
+        # docker_compose: compose services run in a pod, with Harbor's per-service operations
+        # (collect hooks, sidecar artifacts) below; overlays are refused (_validate_extra_docker_compose_support).
+        return EnvironmentCapabilities(disable_internet=True, mounted=False, docker_compose=True)
+
+    @override
+    def _validate_extra_docker_compose_support(self) -> None:
+        if self.extra_docker_compose_paths:
+            raise ValueError(
+                "extra_docker_compose overlays are not read by the local container sandbox; "
+                "put the settings in the task's environment/docker-compose.yaml, or run in Harbor's 'docker' environment."
+            )
 
     @classmethod
     @override
@@ -178,7 +205,7 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     def _validate_definition(self) -> None:
-        self._compose = check_environment_definition(self.environment_dir, self.task_env_config.docker_image)
+        self._compose = check_environment_definition(self.environment_dir, self.task_env_config.docker_image, self._compose_variables, self.logger)
 
     @property
     def container_id(self) -> str | None:
@@ -189,6 +216,9 @@ class ContainerEnvironment(BaseEnvironment):
     def service_containers(self) -> dict[str, str]:
         """The compose services beside main, by name: their container ids, between ``start()`` and ``stop()``."""
         return dict(self._services)
+
+    def _compose_services(self) -> bool:
+        return bool(self._compose and self._compose.services)
 
     @property
     def _main(self) -> Service:
@@ -211,10 +241,10 @@ class ContainerEnvironment(BaseEnvironment):
         network = "none" if no_network else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
-        if self._tests_folder is None and self._protect_tests:
+        if self._tests_folder is None and self._protect_tests and not self._owns_tests:
             self._tests_folder = _tests_folder()
-        with _env_file({**proxy_variables(), **self._main.environment, **self._startup_env()}) as env_args:
-            if self._compose and self._compose.services:
+        with _env_file({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
+            if self._compose_services():
                 await self._start_pod(name, network, image, env_args)
             else:
                 await self._start_container(name, network, image, env_args)
@@ -228,6 +258,9 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--add-host", host]
         try:
             done = await podman(*args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+            if restarted := await workdir.start_creating_workdir(name, done):  # its --workdir is not in the image
+                restarted.check(f"starting a container from {image}")
+                done = await podman("inspect", "--format", "{{.Id}}", name)
         except (asyncio.CancelledError, TimeoutError):
             # The container may exist already: it is named, so it can go before we do.
             await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
@@ -242,7 +275,7 @@ class ContainerEnvironment(BaseEnvironment):
         """The trial as a pod (:mod:`.pod`): main and its compose services, started as ``compose up --wait`` would."""
         assert self._compose is not None
         labels = {LABEL_OWNER: janitor.owner_token(), LABEL_TRIAL: self.session_id}
-        self._pod = pod.Pod(name, labels, network, self._compose.names)
+        self._pod = pod.Pod(name, labels, network, self._compose.host_names, pids_limit=self._pids_limit, userns=self._userns)
         try:
             await self._pod.create()
             if network != "none":
@@ -258,7 +291,7 @@ class ContainerEnvironment(BaseEnvironment):
         if service.name == MAIN:
             self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
             return self._container
-        with _env_file({**proxy_variables(), **service.environment}) as env_args:
+        with _env_file({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
             options = [*self._service_options(service), *env_args]
             container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
         self._services[service.name] = container
@@ -269,16 +302,21 @@ class ContainerEnvironment(BaseEnvironment):
         args = [
             "--label", f"{LABEL_OWNER}={janitor.owner_token()}", "--label", f"{LABEL_TRIAL}={self.session_id}",
             "--label", f"{LABEL_SERVICE}={service}", "--pids-limit", str(self._pids_limit),
+            # Podman would pass the host's proxy variables as they are, credentials included: the
+            # container gets container_proxy_variables() instead.
+            "--http-proxy=false",
         ]  # fmt: skip
-        if profile := seccomp_profile():
-            args += ["--security-opt", f"seccomp={profile}"]
+        if seccomp := seccomp_options():
+            args += seccomp
         else:
-            self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl.")
+            self.logger.warning(f"No default seccomp profile at {DEFAULT_SECCOMP_PROFILE}: trials run with podman's built-in one, which allows keyctl and unshare.")
         return args
 
     def _main_options(self) -> list[str]:
         """The main container's options, less its network: isolation, the task's resources, mounts, ``/tests``."""
         args = ["--init", *self._isolation_options(MAIN)]
+        if self._userns and not self._compose_services():
+            args += ["--userns", self._userns]  # in a pod, the pod holds the user namespace
         if cpus := self._effective_cpus:
             args += ["--cpus", str(cpus)]
         if memory_mb := self._effective_memory_mb or self._default_memory_mb:
@@ -561,17 +599,14 @@ def _publish_tests(source: Path, target: Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
-def proxy_variables() -> dict[str, str]:
-    """The host's proxy settings (``HTTP(S)_PROXY``, ``NO_PROXY``, ...): the only host variables a trial gets."""
-    return {name: os.environ[name] for variable in PROXY_VARIABLES for name in (variable, variable.lower()) if os.environ.get(name)}
-
-
 def image_resolver(
     base_images: dict[str, str] | None = None,
     extra_ca_certs: list[str] | None = None,
     pull: bool = True,
     max_parallel_builds: int = 2,
     baked_paths: list[dict] | None = None,
+    pids_limit: int = DEFAULT_PIDS_LIMIT,
+    make_bases: bool = True,
     **_: Any,
 ) -> ImageResolver:
     """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
@@ -580,15 +615,39 @@ def image_resolver(
         raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
     settings = ImageSettings(
         base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
-        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []),
+        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
     )  # fmt: skip
     return ImageResolver(settings)
 
 
-def check_environment_definition(environment_dir: Path, docker_image: str | None) -> Project | None:
-    """The task's compose project, if any; refuse what this sandbox cannot start (compose keys
-    it cannot honour, neither a Dockerfile nor an image)."""
-    project = compose.load(environment_dir, str(TESTS_DIR))
+def check_userns(userns: str | None) -> str | None:
+    """``userns`` if this host can honour it: ``"auto"`` needs subordinate ids for the ``containers`` user."""
+    if userns in (None, ""):
+        return None
+    if userns != "auto":
+        raise ValueError(f"userns: {userns!r} is not supported; give 'auto' (a user namespace per trial) or leave it empty.")
+    for table in ("/etc/subuid", "/etc/subgid"):
+        try:
+            listed = Path(table).read_text()
+        except OSError:
+            listed = ""
+        if not any(line.split(":", 1)[0] == "containers" for line in listed.splitlines()):
+            raise ValueError(
+                f"userns: 'auto' needs a range of ids for the 'containers' user in {table}; add one "
+                f"(echo containers:2147483647:2147483648 >> {table}) or leave userns empty."
+            )
+    return userns
+
+
+def check_environment_definition(
+    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: logging.Logger | logging.LoggerAdapter | None = None
+) -> Project | None:
+    """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
+    warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
+    honour, neither a Dockerfile nor an image)."""
+    project = compose.load(environment_dir, str(TESTS_DIR), variables)
+    for warning in project.warnings if project and warn else ():
+        warn.warning(warning)  # type: ignore[union-attr]
     if not (environment_dir / "Dockerfile").is_file():
         require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
     return project
@@ -611,40 +670,77 @@ async def service_images(
     }
 
 
-async def task_image_names(task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> list[str]:
+async def task_image_names(
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, force_build: bool = False
+) -> list[str]:  # fmt: skip
     """The images the task's trials would run, main first, then its compose services: named
-    by content as a build would name them (bases resolved, pulled if need be), never built.
-    With :func:`present_images`, how a prewarm finds a task with nothing to build."""
+    by content as a build would name them (bases resolved, pulled if need be), never built:
+    a base still to bootstrap or stand in raises :class:`~.images.BaseNotMadeError`. With
+    :func:`present_images`, how a prewarm finds a task with nothing to build."""
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
-    resolver = image_resolver(**kwargs)
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
+    resolver = image_resolver(**{**kwargs, "make_bases": False})
     name = config.task.short_name if config.task else task_dir.name
     main = project.main if project else None
-    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=False, warn=logger)
+    image = await resolver.task_image(
+        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=False, warn=logger
+    )
     services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
-    return [image, *services.values()]
+    return [image, *services.values(), *await verifier_images(task_dir, config, name, {**kwargs, "make_bases": False}, logger, build=False)]
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A task's main image as its trials will run it, and how it was had."""
+
+    image: str
+    source: ImageSource
+    #: Its build log, when this call built it (None for a cached or prebuilt image).
+    build_log: Path | None = None
 
 
 async def prepare_task_image(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
-) -> tuple[str, Path | None]:
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True, force_build: bool = False
+) -> PreparedImage:  # fmt: skip
     """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
 
-    Returns the main image and its build log when this call built it (``None`` for a cached
-    or prebuilt image); the images of its compose services are built too. A failed build
-    raises :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor
-    check``) stops before building: the environment definition, the Dockerfiles' FROM lines
-    and their bases are checked, and nothing is pulled.
+    The images of its compose services are built too. A failed build raises
+    :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor check``)
+    stops before building: the environment definition, the Dockerfiles' FROM lines and their
+    bases are checked, and nothing is pulled, bootstrapped or built.
     """
     config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image)
-    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build})  # fresh: its build count is this call's
+    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
+    # fresh: its build count is this call's
+    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build})
     name = config.task.short_name if config.task else task_dir.name
     main = project.main if project else None
-    image = await resolver.task_image(task_dir / "environment", name, with_service_image(config.environment, main), build=build, warn=logger)
+    image = await resolver.task_image(
+        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=build, warn=logger
+    )
     built = resolver.builds
     await service_images(resolver, project, name, config.environment, build=build, warn=logger)
-    return image, (resolver.log_path(image) if built else None)
+    await verifier_images(task_dir, config, name, {**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build}, logger, build=build)
+    return PreparedImage(image, resolver.sources[image], resolver.log_path(image) if built else None)
+
+
+async def verifier_images(
+    task_dir: Path, config: TaskConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
+) -> list[str]:
+    """The images of the task's separate verifiers (:mod:`.separate_verifier`), main first then
+    their compose services, made (with ``build``) as the trial's verifier will make them."""
+    images: list[str] = []
+    for definition in verifier_environments(task_dir, config):
+        project = check_environment_definition(definition.directory, definition.config.docker_image, _compose_variables(kwargs), logger)
+        resolver = image_resolver(**verifier_image_kwargs(kwargs, definition))
+        main = project.main if project else None
+        images.append(await resolver.task_image(definition.directory, name, with_service_image(definition.config, main), build=build, warn=logger))
+        images += (await service_images(resolver, project, name, definition.config, build=build, warn=logger)).values()
+    return images
+
+
+def _compose_variables(kwargs: dict[str, Any]) -> ComposeVariables:
+    return ComposeVariables.from_host(kwargs.get(PASSTHROUGH_OPTION) or ())
 
 
 def _volume(mount: dict) -> str:

@@ -1,13 +1,17 @@
 """Reading and rewriting a task's Dockerfile text before podman builds it.
 
-Two rewrites, each because the engine would otherwise build something other than what
-the task's author meant:
+Rewrites, each because the engine would otherwise build something other than what the
+task's author meant:
 
-* ``FROM`` lines are pinned to the local image each base resolved to (a bootstrapped base,
-  or a stand-in the user mapped), so the build never asks a registry for them.
+* ``FROM`` lines, and ``COPY --from=<image>`` (or ``RUN --mount=...,from=<image>``) of an
+  image that is no stage, are pinned to the local image each reference resolved to (a bootstrapped base, or a stand-in), so the
+  build never asks a registry for them.
 * Heredocs (``RUN <<EOF``, ``COPY <<EOF /path``) are lowered to plain instructions,
   because the buildah in Debian 12 (1.28) predates heredoc support: the body is carried
   base64-encoded and decoded in the build container (``base64`` from coreutils/busybox).
+* Every ``WORKDIR`` of the final stage is created in the image, as Docker's builder does:
+  buildah 1.28 creates one only when a later instruction writes into it, and podman 4.3
+  then refuses ``--workdir`` for it.
 """
 
 from __future__ import annotations
@@ -135,3 +139,126 @@ def _lowered(match: re.Match[str], body: str) -> str:
     if "chmod" in flags:
         steps.append(f"chmod {shlex.quote(flags['chmod'])} {target}")
     return "RUN " + " && ".join(steps)
+
+
+#: The empty stage :func:`create_workdirs` copies from, so a WORKDIR is made without a shell in the image.
+EMPTY_STAGE = "prefect-harbor-empty"
+
+
+def _keyword(instruction: str) -> str:
+    return instruction.split(maxsplit=1)[0].upper() if instruction.strip() else ""
+
+
+def _flags(instruction: str) -> dict[str, str]:
+    """The ``--name=value`` flags that follow an instruction's keyword."""
+    flags: dict[str, str] = {}
+    for word in instruction.split()[1:]:
+        if not word.startswith("--"):
+            break
+        name, _, value = word[2:].partition("=")
+        flags[name.lower()] = value
+    return flags
+
+
+def with_arg_defaults(dockerfile: str, values: Mapping[str, str]) -> str:
+    """``dockerfile`` with its global ``ARG`` defaults set to ``values`` (what ``--build-arg`` does for
+    them), so the FROM lines name what the build will use; a value for an ARG it lacks is an error."""
+    lines = dockerfile.splitlines()
+    missing = set(values)
+    for start, _, line in logical_lines(dockerfile):
+        if _keyword(line) == "FROM":
+            break
+        if (arg := _ARG.match(line)) and arg["name"] in values:
+            lines[start] = f"ARG {arg['name']}={values[arg['name']]}"
+            missing.discard(arg["name"])
+    if missing:
+        raise ValueError(f"no global ARG {', '.join(sorted(missing))} to set")
+    return "\n".join(lines) + "\n"
+
+
+def _sources(instruction: str) -> list[str]:
+    """What an instruction copies or mounts from: ``COPY --from=X``, ``RUN --mount=...,from=X``."""
+    keyword = _keyword(instruction)
+    if keyword == "COPY":
+        return [source] if (source := _flags(instruction).get("from")) else []
+    if keyword != "RUN":
+        return []
+    mounts = [word.split("=", 1)[1] for word in instruction.split()[1:] if word.lower().startswith("--mount=")]
+    return [value for spec in mounts for key, _, value in (part.partition("=") for part in spec.split(",")) if key.strip().lower() == "from"]
+
+
+def copy_from_images(dockerfile: str, froms: list[FromLine]) -> list[str]:
+    """The images ``COPY --from=`` (or a ``RUN --mount=...,from=``) names that are no stage of this build
+    (``COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/``): the build needs them from outside, like a FROM's base."""
+    stages = {line.stage.lower() for line in froms if line.stage}
+    images: list[str] = []
+    for _, _, line in logical_lines(dockerfile):
+        for source in _sources(line):
+            if not source.isdigit() and source.lower() not in stages and "$" not in source and source not in images:
+                images.append(source)
+    return images
+
+
+def pin_copy_sources(dockerfile: str, images: Mapping[str, str]) -> str:
+    """``dockerfile`` with each ``COPY --from=<image>`` (and ``RUN --mount=...,from=<image>``) in ``images``
+    naming the local image it resolved to."""
+    lines = dockerfile.splitlines()
+    for start, end, line in logical_lines(dockerfile):
+        for source in set(_sources(line)) & set(images):
+            option = re.compile(rf"(?P<key>--from=|[=,]from=){re.escape(source)}(?=[\s,]|$)", re.IGNORECASE)
+            for index in range(start, end + 1):
+                lines[index] = option.sub(lambda match: match["key"] + images[source], lines[index])
+    return "\n".join(lines) + "\n"
+
+
+def create_workdirs(dockerfile: str) -> str:
+    """``dockerfile`` with every ``WORKDIR`` of its final stage created where it is declared, as Docker does.
+
+    Each WORKDIR is followed by a copy of an empty stage into it (``COPY --from=`` an empty
+    ``scratch`` stage, added before the final stage, so images without a shell get theirs too):
+    a missing folder is created, owned by the USER in effect as BuildKit does, and an existing
+    one is left as it is. The USER is the stage's own, or the one of the earlier stage it is
+    built on; a USER that only a base image sets is not known here, and its folders are root's.
+    """
+    instructions = logical_lines(dockerfile)
+    starts = [position for position, (_, _, line) in enumerate(instructions) if _FROM.match(line)]
+    if not starts:
+        return dockerfile
+    final = starts[-1]
+    inserts: list[tuple[int, str]] = []
+    user = _user_at_stage_ends(instructions[:final]).get(_FROM.match(instructions[final][2])["image"].lower())
+    for _, end, line in instructions[final + 1 :]:
+        if _keyword(line) == "USER":
+            user = _user_of(line)
+        elif _keyword(line) == "WORKDIR":
+            chown = f" --chown={user}" if user and user.split(":")[0] not in ("root", "0") else ""
+            inserts.append((end + 1, f"COPY --from={EMPTY_STAGE}{chown} . ./"))
+    if not inserts:
+        return dockerfile
+    lines = dockerfile.splitlines()
+    for index, text in [*reversed(inserts), (instructions[final][0], f"FROM scratch AS {EMPTY_STAGE}")]:
+        lines.insert(index, text)
+    return "\n".join(lines) + "\n"
+
+
+def _user_of(instruction: str) -> str | None:
+    words = instruction.split(maxsplit=1)
+    return words[1].strip() if len(words) > 1 else None
+
+
+def _user_at_stage_ends(instructions: list[tuple[int, int, str]]) -> dict[str, str | None]:
+    """The USER each stage ends with, by its index and its name; a stage built on another starts with that one's USER."""
+    ends: dict[str, str | None] = {}
+    keys: list[str] = []
+    user: str | None = None
+    stage = -1
+    for _, _, line in instructions:
+        if match := _FROM.match(line):
+            ends.update(dict.fromkeys(keys, user))
+            stage += 1
+            keys = [str(stage), *([match["stage"].lower()] if match["stage"] else [])]
+            user = ends.get(match["image"].lower())
+        elif _keyword(line) == "USER":
+            user = _user_of(line)
+    ends.update(dict.fromkeys(keys, user))
+    return ends

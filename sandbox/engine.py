@@ -9,12 +9,9 @@ a user's own podman set-up is left alone.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,12 +24,6 @@ LABEL_OWNER = "io.prefect-harbor.owner"
 LABEL_TRIAL = "io.prefect-harbor.trial"
 #: The compose service a container runs (``main`` for the trial's own container).
 LABEL_SERVICE = "io.prefect-harbor.service"
-#: The engine's default seccomp profile, which trials get less the syscalls in :data:`DENIED_SYSCALLS`.
-DEFAULT_SECCOMP_PROFILE = Path("/usr/share/containers/seccomp.json")
-#: Without a user namespace a container's root is the host's root and shares its kernel
-#: keyrings: keyctl would let a trial read (or revoke) host root's keys. Docker's default
-#: profile denies these too.
-DENIED_SYSCALLS = frozenset({"keyctl", "add_key", "request_key"})
 
 
 class EngineError(RuntimeError):
@@ -65,26 +56,6 @@ def podman_path() -> str:
             "(Debian/Ubuntu: apt-get install podman buildah runc tini; or run `bash scripts/dev.sh setup`)."
         )
     return found
-
-
-@cache
-def seccomp_profile() -> Path | None:
-    """The default profile less :data:`DENIED_SYSCALLS`, written once per content; None without a default."""
-    try:
-        profile = json.loads(DEFAULT_SECCOMP_PROFILE.read_text())
-    except (OSError, ValueError):
-        return None
-    for rule in profile.get("syscalls", []):
-        rule["names"] = [name for name in rule.get("names", []) if name not in DENIED_SYSCALLS]
-    profile["syscalls"] = [rule for rule in profile.get("syscalls", []) if rule["names"]]
-    text = json.dumps(profile, sort_keys=True)
-    path = Path(tempfile.gettempdir()) / "prefect-harbor" / f"seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(f".{os.getpid()}")
-        staging.write_text(text)
-        staging.replace(path)
-    return path
 
 
 def engine_env() -> dict[str, str]:

@@ -6,12 +6,17 @@ and Dockerfile (Harbor's own ``docker_build_context_hash``), the exact base imag
 rebuilt and a changed one always is. ``tests/`` and ``solution/`` are not part of the
 context: editing them rebuilds nothing.
 
-Base images (``FROM``) are found in this order: already in local storage; pulled from
-the registry; bootstrapped from Debian's mirror (``prefect-harbor images bootstrap``,
-stored as ``prefect-harbor.local/...``); a stand-in named in ``base_images``; a stand-in this
-project ships (:mod:`.standins`: ubuntu, python:3.x, the t-bench bases), built from Debian's
-mirror. A stand-in is warned about on every use. Nothing else: a base that cannot be found
-fails with the fix.
+Base images (``FROM``, and ``COPY --from=`` an image) are found in this order: already in
+local storage; pulled from the registry; bootstrapped from Debian's mirror (``prefect-harbor
+images bootstrap``, stored as ``prefect-harbor.local/...``; a ``debian:<suite>`` or
+``debian:<version>`` is bootstrapped on first use); a stand-in named in ``base_images``; a
+stand-in this project ships (:mod:`.standins`: ubuntu, buildpack-deps, python:3.x, the
+t-bench bases, uv), built from Debian's mirror and PyPI. A stand-in is warned about on every
+use. Nothing else: a base that cannot be found fails with the fix.
+
+A task's prebuilt ``docker_image`` is used as Harbor uses it; one that cannot be had that way
+(Terminal-Bench 2.0 tasks name images on a registry this host may not reach) is built from
+the task's own Dockerfile instead, with a WARNING naming both: the image was built from it.
 """
 
 from __future__ import annotations
@@ -21,30 +26,37 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 import re
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harbor.environments.definition import should_use_prebuilt_docker_image
+import httpx
+from harbor.environments.definition import DOCKERFILE_NAME, should_use_prebuilt_docker_image
 from harbor.models.task.config import EnvironmentConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
+from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
 from prefect_harbor.sandbox.compose import Service
-from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
-from prefect_harbor.sandbox.engine import podman
-from prefect_harbor.sandbox.standins import shipped_stand_in
+from prefect_harbor.sandbox.dockerfile import (
+    copy_from_images, create_workdirs, external_bases, lower_heredocs, parse_from_lines, pin_bases, pin_copy_sources, with_arg_defaults,
+)  # fmt: skip
+from prefect_harbor.sandbox.engine import EngineError, podman
+from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT, build_cgroup_parent
+from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.proxy import container_proxy_variables
+from prefect_harbor.sandbox.remote_sources import RemoteSourceError, fetch
+from prefect_harbor.sandbox.seccomp import seccomp_options
+from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 
 #: Bump when the way images are built changes, so old cached tags are not reused.
-RECIPE_VERSION = "1"
+#: 3: every WORKDIR of the final stage is created; COPY --from=<image> is pinned to its resolved image.
+RECIPE_VERSION = "3"
 #: Where bootstrapped bases live: a registry name nobody can pull from by accident.
 LOCAL_REGISTRY = "prefect-harbor.local"
 #: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
 IMAGE_REPOSITORY = "localhost/prefect-harbor/task"
-#: Build arguments Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 _CA_STAGE = "prefect-harbor-extra-ca"
 _CA_DIR_IN_IMAGE = "/usr/local/share/ca-certificates/prefect-harbor"
 
@@ -61,6 +73,25 @@ class ImageBuildError(RuntimeError):
 
 class BaseImageNotFoundError(ImageBuildError):
     """A ``FROM`` (or ``docker_image``) reference is in no local storage and cannot be pulled."""
+
+
+class BaseNotMadeError(BaseImageNotFoundError):
+    """A base that would be bootstrapped or stood in on first use, which this resolver may not do (``prefect-harbor check``)."""
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """How a task's main image was had: its prebuilt ``docker_image``, or a build of its Dockerfile (and why)."""
+
+    image: str
+    docker_image: str | None = None  # the prebuilt image used, or the one the build replaces
+    built: bool = False
+    reason: str = ""  # why the Dockerfile was built although the task names an image
+
+    def __str__(self) -> str:
+        if not self.built:
+            return f"prebuilt docker_image {self.docker_image!r}"
+        return f"built from environment/{DOCKERFILE_NAME}" + (f" ({self.reason})" if self.reason else "")
 
 
 def normalize_reference(reference: str) -> str:
@@ -92,10 +123,14 @@ class ImageSettings:
     extra_ca_certs: list[Path] = field(default_factory=list)
     pull: bool = True
     max_parallel_builds: int = 2
+    #: The most processes a build's RUN steps may have at once (a trial's ``pids_limit``).
+    pids_limit: int = DEFAULT_PIDS_LIMIT
     #: Host files and folders copied into the image, as ``{"source", "target"}`` pairs (a
     #: prepared Python environment, for ``patch_dockerfile_with_sdk``). They must not change once made.
     baked_paths: list[dict] = field(default_factory=list)
     log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "prefect-harbor" / "image-builds")
+    #: Bootstrap Debian bases and build stand-ins on first use (off for ``prefect-harbor check``, which makes nothing).
+    make_bases: bool = True
 
     def __post_init__(self) -> None:
         self.base_images = {normalize_reference(k): v for k, v in self.base_images.items()}
@@ -113,25 +148,30 @@ class ImageResolver:
 
     _known: dict[str, str] = {}  # reference -> resolved local reference
     _stood_in: dict[str, str] = {}  # reference -> the warning every use of its stand-in repeats
+    _shipped: set[str] = set()  # references resolved to a stand-in this project ships
     _image_ids: dict[str, str] = {}
     _unpullable: set[str] = set()
 
     def __init__(self, settings: ImageSettings) -> None:
         self.settings = settings
         self.builds = 0  # builds this resolver ran (a cached image costs none)
+        self.sources: dict[str, ImageSource] = {}  # task image -> how it was had (task_image)
 
     # ------------------------------------------------------------------ bases
 
-    async def resolve(self, reference: str, *, warn: logging.Logger = logger) -> str:
-        """A local image for ``reference``, pulling or standing in as the module docstring says."""
+    async def resolve(self, reference: str, *, warn: logging.Logger = logger, shipped: bool = True) -> str:
+        """A local image for ``reference``, pulling or standing in as the module docstring says;
+        without ``shipped``, a stand-in this project ships does not count as found."""
         normalized = normalize_reference(reference)
+        if normalized in self._shipped and not shipped:
+            raise BaseImageNotFoundError(f"image {reference!r} is not in local storage and cannot be pulled (only a stand-in could be had).")
         if normalized not in self._known:
-            self._known[normalized] = await self._find(reference, normalized, warn)
+            self._known[normalized] = await self._find(reference, normalized, warn, shipped)
         if normalized in self._stood_in:
             warn.warning(self._stood_in[normalized])
         return self._known[normalized]
 
-    async def _find(self, reference: str, normalized: str, warn: logging.Logger) -> str:
+    async def _find(self, reference: str, normalized: str, warn: logging.Logger, shipped: bool = True) -> str:
         if await _exists(normalized):
             return normalized
         if self.settings.pull and normalized not in self._unpullable:
@@ -149,16 +189,15 @@ class ImageResolver:
             resolved = await self.resolve(stand_in, warn=warn) if stand_in != reference else normalized
             self._stood_in[normalized] = f"Base image {reference!r} is stood in by {resolved!r} (base_images); results may differ from the real image."
             return resolved
-        if shipped := shipped_stand_in(normalized):
-            if shipped.image:
-                resolved = await self.resolve(shipped.image, warn=warn)
-            else:
-                assert shipped.folder is not None
-                resolved = await self.ensure_built(shipped.folder, f"stand-in for {reference}", timeout_sec=1800, warn=warn)
+        if made := await self._bootstrap(reference, normalized, warn):
+            return made
+        if shipped and (stand_in := shipped_stand_in(normalized)):
+            resolved, what = await self._stand_in(stand_in, reference, warn)
             self._stood_in[normalized] = (
-                f"Base image {reference!r} cannot be pulled: stood in by {resolved!r}, {shipped.what} "
+                f"Base image {reference!r} cannot be pulled: stood in by {resolved!r}, {what} "
                 "(a shipped stand-in: pull the real image, or map it in base_images); results may differ from the real image."
             )
+            self._shipped.add(normalized)
             return resolved
         raise BaseImageNotFoundError(
             f"base image {reference!r} is not in local storage and cannot be pulled. Fix: pull it "
@@ -166,6 +205,44 @@ class ImageResolver:
             f"(prefect-harbor images bootstrap {reference}, for debian:<suite>), or map it to a local image "
             f"in the backend's base_images."
         )
+
+    async def _bootstrap(self, reference: str, normalized: str, warn: logging.Logger) -> str | None:
+        """``debian:<suite>`` or ``debian:<version>`` bootstrapped from Debian's mirror on first use, once
+        per suite on this host (as ``prefect-harbor images bootstrap`` does); None for other references."""
+        from prefect_harbor.sandbox.bootstrap import bootstrap, debian_suite  # it names its images with this module's helpers
+
+        if (suite := debian_suite(normalized)) is None:
+            return None
+        if not self.settings.make_bases:
+            raise BaseNotMadeError(f"base image {reference!r} is not in local storage: a sweep bootstraps it from Debian's mirror ({suite}) on first use.")
+        async with _flock(self.settings.log_dir / f"bootstrap-{suite}.lock"):
+            try:
+                made = await asyncio.to_thread(bootstrap, normalized)
+            except EngineError as error:
+                raise BaseImageNotFoundError(
+                    f"base image {reference!r} is not in local storage and cannot be pulled, and bootstrapping Debian {suite} from the "
+                    f"host's Debian mirror failed: {error}. Fix: pull it where a registry is reachable, or map it to a local image in "
+                    "the backend's base_images."
+                ) from None
+        warn.info(f"Base image {reference!r} cannot be pulled; bootstrapped {made!r} from Debian's mirror (its current {suite}).")
+        return made
+
+    async def _stand_in(self, stand_in: StandIn, reference: str, warn: logging.Logger) -> tuple[str, str]:
+        """The local image of a shipped stand-in (built from its context on first use) and what it is."""
+        if stand_in.image:
+            return await self.resolve(stand_in.image, warn=warn), stand_in.what
+        folder, what = stand_in.folder, stand_in.what
+        if stand_in.make is not None:
+            if not self.settings.make_bases:
+                raise BaseNotMadeError(f"base image {reference!r} is not in local storage: a sweep builds its shipped stand-in ({what}) on first use.")
+            folder, what = await asyncio.to_thread(stand_in.make, self.settings.log_dir.parent / "stand-ins")
+        assert folder is not None
+        built = await self.ensure_built(
+            folder, f"stand-in for {reference}", timeout_sec=1800, build_args=stand_in.build_args, build=self.settings.make_bases, warn=warn
+        )
+        if not self.settings.make_bases and not await _exists(built):
+            raise BaseNotMadeError(f"base image {reference!r} is not in local storage: a sweep builds its shipped stand-in ({what}) on first use.")
+        return built, what
 
     async def image_id(self, reference: str) -> str:
         if reference not in self._image_ids:
@@ -181,12 +258,41 @@ class ImageResolver:
     ) -> str:  # fmt: skip
         """A task's image: its ``docker_image`` as Harbor decides to use it, else built from its Dockerfile.
 
+        A ``docker_image`` that is neither local, pullable, bootstrapped nor mapped in ``base_images``
+        is built from the task's own Dockerfile when it has one (a shipped stand-in for it would be
+        further from it), with a WARNING naming both. :attr:`sources` says which was used.
         ``build=False`` stops short of building (``prefect-harbor check``): the tag is returned
         once the Dockerfile is read and its bases are resolved, whether or not the image exists.
         """
-        if should_use_prebuilt_docker_image(environment_dir, docker_image=config.docker_image, force_build=force_build):
-            return await self.resolve(config.docker_image, warn=warn)
-        return await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
+        prebuilt, reason = config.docker_image, ""
+        has_dockerfile = (environment_dir / DOCKERFILE_NAME).is_file()
+        if should_use_prebuilt_docker_image(environment_dir, docker_image=prebuilt, force_build=force_build):
+            try:
+                image = await self.resolve(prebuilt, warn=warn, shipped=not has_dockerfile)
+            except BaseNotMadeError:  # check: the sweep will make it (bootstrap), so no reason to build instead
+                raise
+            except BaseImageNotFoundError as missing:
+                if not has_dockerfile:
+                    raise BaseImageNotFoundError(
+                        f"the task's [environment] docker_image {prebuilt!r} is not in local storage and cannot be pulled, and the task "
+                        f"has no environment/{DOCKERFILE_NAME} to build instead. Fix: pull or load the image on this host "
+                        f"(podman pull {normalize_reference(prebuilt)}), map it to a local image in the backend's base_images, "
+                        f"or add the Dockerfile it was built from."
+                    ) from missing
+                reason = f"docker_image {prebuilt!r} is not in local storage " + ("and cannot be pulled" if self.settings.pull else "(pull is off)")
+                if build:
+                    warn.warning(
+                        f"The task's [environment] {reason}: building the task's own environment/{DOCKERFILE_NAME} instead, as "
+                        "`harbor run --force-build` would (pull or load the image on this host to run the prebuilt one)."
+                    )
+            else:
+                self.sources[image] = ImageSource(image, prebuilt)
+                return image
+        elif prebuilt:
+            reason = "force_build"
+        image = await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
+        self.sources[image] = ImageSource(image, prebuilt, built=True, reason=reason)
+        return image
 
     async def service_image(
         self, service: Service, name: str, *, timeout_sec: float, build: bool = True, warn: logging.Logger = logger
@@ -202,23 +308,26 @@ class ImageResolver:
 
     async def ensure_built(
         self, environment_dir: Path, name: str, *, timeout_sec: float, dockerfile: Path | None = None, build: bool = True,
-        warn: logging.Logger = logger,
+        build_args: dict[str, str] | None = None, warn: logging.Logger = logger,
     ) -> str:  # fmt: skip
         """The tag of the image built from ``environment_dir`` (and its ``Dockerfile``, or
-        ``dockerfile``), building it (with ``build``) unless an identical one exists."""
+        ``dockerfile``, its global ARG defaults set to ``build_args``), building it (with
+        ``build``) unless an identical one exists."""
         dockerfile = dockerfile or environment_dir / "Dockerfile"
-        text = lower_heredocs(dockerfile.read_text())
         try:
+            text = with_arg_defaults(lower_heredocs(dockerfile.read_text()), build_args or {})
             froms = parse_from_lines(text)
         except ValueError as error:
             raise ImageBuildError(f"{dockerfile}: {error}") from None
         if not froms:
             raise ImageBuildError(f"{dockerfile}: no FROM line.")
         bases = {image: await self.resolve(image, warn=warn) for image in external_bases(froms)}
+        copied = {image: await self.resolve(image, warn=warn) for image in copy_from_images(text, froms)}
+        text = create_workdirs(pin_copy_sources(text, copied))
         digest = hashlib.blake2b(digest_size=10)
         digest.update(f"recipe={RECIPE_VERSION}\0".encode())
-        digest.update(docker_build_context_hash(context=environment_dir, dockerfile_path=dockerfile).encode())
-        for written, resolved in sorted(bases.items()):
+        digest.update(docker_build_context_hash(context=environment_dir, dockerfile_path=dockerfile, build_args=build_args or None).encode())
+        for written, resolved in sorted({**bases, **copied}.items()):
             digest.update(f"{written}={await self.image_id(resolved)}\0".encode())
         for certificate in self.settings.extra_ca_certs:
             digest.update(certificate.read_bytes())
@@ -227,27 +336,33 @@ class ImageResolver:
             digest.update(f"baked={pair['source']}>{pair['target']}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         # Named by content alone: tasks with identical environments share one image.
         tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
-        if self._known.get(tag) == tag or not build:
+        if self._known.get(tag) == tag:
+            return tag
+        try:  # before any build, and in `prefect-harbor check` too
+            guarded = guard(text, environment_dir, tag.rsplit(":", 1)[-1])
+        except UnsafeDockerfileError as refused:
+            raise ImageBuildError(f"{dockerfile}: {refused}") from None
+        if not build:
             return tag
         if not await _exists(tag):
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
-                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
-                        await self._build(environment_dir, dockerfile, name, text, bases, tag, timeout_sec)
+                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds) as slot:
+                        await self._build(environment_dir, dockerfile, name, guarded, bases, tag, timeout_sec, slot)
         self._known[tag] = tag
         return tag
 
-    async def _build(self, context: Path, dockerfile: Path, name: str, text: str, bases: dict[str, str], tag: str, timeout_sec: float) -> None:
+    async def _build(
+        self, context: Path, dockerfile: Path, name: str, guarded: Guarded, bases: dict[str, str], tag: str, timeout_sec: float, slot: int
+    ) -> None:  # fmt: skip
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(tag)
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
             rewritten = Path(scratch, "Dockerfile")
             args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
-            for variable in PROXY_VARIABLES:
-                for spelling in (variable, variable.lower()):
-                    if os.environ.get(spelling):
-                        args += ["--build-arg", f"{spelling}={os.environ[spelling]}"]
-            text_out = pin_bases(text, bases, self._trust_store_lines())
+            args += await build_isolation(slot, self.settings.pids_limit)
+            args += await _downloads(guarded, Path(scratch, "downloads"), dockerfile)
+            text_out = pin_bases(guarded.text, bases, self._trust_store_lines())
             for n, pair in enumerate(self.settings.baked_paths):
                 source, target = Path(pair["source"]), pair["target"]
                 args += ["--build-context", f"prefect-harbor-baked-{n}={source if source.is_dir() else source.parent}"]
@@ -285,6 +400,31 @@ class ImageResolver:
             "RUN for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do "
             f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
         ]
+
+
+async def build_isolation(slot: int, pids_limit: int) -> list[str]:
+    """What every build's RUN steps get, as trials do: the guarded ``prefect-harbor`` network (NAT out,
+    no host service, no other container), the project's seccomp profile and capabilities
+    (``containers.conf``), the host's proxy without its credentials (not podman's own pass-through),
+    and a process limit for the build slot."""
+    network = await asyncio.to_thread(ensure_network)
+    proxies = await asyncio.to_thread(container_proxy_variables)
+    args = ["--network", network, *seccomp_options(), "--http-proxy=false"]
+    for variable, value in proxies.items():
+        args += ["--build-arg", f"{variable}={value}"]
+    return args + await asyncio.to_thread(build_cgroup_parent, slot, pids_limit)
+
+
+async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> list[str]:
+    """Fetch the guarded Dockerfile's ``ADD`` URLs (:mod:`.remote_sources`): the ``--build-context`` options that hold them."""
+    contexts: dict[str, Path] = {}
+    for context, file_name, url in guarded.downloads:
+        contexts.setdefault(context, folder / context).mkdir(parents=True, exist_ok=True)
+        try:
+            await fetch(url, contexts[context] / file_name)
+        except (RemoteSourceError, httpx.HTTPError) as failed:
+            raise ImageBuildError(f"{dockerfile}: {failed}") from None
+    return [option for context, path in contexts.items() for option in ("--build-context", f"{context}={path}")]
 
 
 def _sanitize(name: str) -> str:
@@ -326,19 +466,19 @@ async def _flock(path: Path) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _build_slot(directory: Path, slots: int) -> AsyncIterator[None]:
-    """One of ``slots`` host-wide build slots: builds are CPU- and disk-bound, so a few at a time."""
+async def _build_slot(directory: Path, slots: int) -> AsyncIterator[int]:
+    """One of ``slots`` host-wide build slots (its number): builds are CPU- and disk-bound, so a few at a time."""
     directory.mkdir(parents=True, exist_ok=True)
     handles = [(directory / f"build-slot-{n}.lock").open("w") for n in range(slots)]
     try:
         while True:
-            for handle in handles:
+            for slot, handle in enumerate(handles):
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue
                 try:
-                    yield
+                    yield slot
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
                 return

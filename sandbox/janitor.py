@@ -6,10 +6,11 @@ reused pid is not mistaken for the owner). Two mechanisms remove orphans:
 * a **watchdog** per owner process, started with its first container: a small shell in a
   session of its own that ignores the terminal's and the worker's signals and blocks on a
   pipe from the owner. When the owner dies by any means, ``kill -9`` included, the pipe
-  closes and the watchdog removes the owner's pods and containers, then exits;
+  closes and the watchdog removes the owner's pods and containers, and withdraws its relays'
+  admissions from the host's guard (:mod:`.firewall`), then exits;
 * :func:`reap_orphans`, run at the start of every sweep and by ``prefect-harbor cleanup``,
   removes pods and containers whose owner is gone (for example after a reboot of the watchdog's host
-  session).
+  session), and the guard's admissions of relays whose owner is gone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from prefect_harbor.sandbox import firewall
 from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_path, podman_sync
 
 _watchdog_lock = threading.Lock()
@@ -52,13 +54,15 @@ def ensure_watchdog() -> None:
         if _watchdog is not None and _watchdog.poll() is None:
             return
         podman = shlex.quote(podman_path())
-        label = shlex.quote(f"label={LABEL_OWNER}={owner_token()}")
+        owner = owner_token()
+        label = shlex.quote(f"label={LABEL_OWNER}={owner}")
         script = (
             'trap "" INT TERM HUP QUIT; cat >/dev/null; '
             f"pods=$({podman} pod ps -q --filter {label}); "
             f'[ -n "$pods" ] && {podman} pod rm -f -t 0 $pods >/dev/null 2>&1; '
             f"ids=$({podman} ps -aq --filter {label}); "
-            f'[ -n "$ids" ] && {podman} rm -f -t 0 $ids >/dev/null 2>&1; exit 0'
+            f'[ -n "$ids" ] && {podman} rm -f -t 0 $ids >/dev/null 2>&1; '
+            f"{firewall.withdraw_owner_script(owner)} >/dev/null 2>&1; exit 0"
         )
         _watchdog = subprocess.Popen(
             ["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -79,6 +83,7 @@ def reap_orphans() -> list[str]:
     containers = _orphans("ps", "-a", name_field="Names")
     if containers:
         podman_sync("rm", "-f", "-t", "0", *(cid for cid, _ in containers), timeout=120)
+    firewall.withdraw_dead_owners(owner_alive)
     return [name for _, name in pods + containers]
 
 

@@ -8,40 +8,35 @@ reach (the Prefect API and every other local service live there). So a model ser
 that forwards to that one endpoint and nothing else. ``public`` trials reach it;
 ``no-network`` trials, having no network, do not.
 
-A bridge also makes every host service bound to all interfaces (``0.0.0.0``: a Prefect server
-started for remote workers, a database) reachable at the gateway. So the bridge's traffic
-*to the host* passes an iptables guard (chain ``PREFECT-HARBOR``, on ``INPUT`` from the bridge
-only, IPv4 and IPv6) that admits replies and the relays' ports and rejects the rest.
-Traffic out to the world (NAT, ``FORWARD``) is not touched.
-
-Trials must not reach each other either: every container's port on the bridge is marked
-*isolated* (the kernel's bridge port isolation), so isolated ports forward to the host side
-of the bridge only, never to one another.
+The bridge is guarded by :mod:`.firewall`: containers on it reach the outside world (NAT)
+and each relay while it runs, never another host service, another container or another
+bridge. Every container's port on the bridge is also marked *isolated* (the kernel's bridge
+port isolation), a second wall for hosts whose kernel does not pass bridged traffic through
+the firewall.
 """
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import json
 import logging
-import shutil
 import socket
-import subprocess
 import socketserver
 import threading
 from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from prefect_harbor.sandbox import firewall, janitor
 from prefect_harbor.sandbox.engine import podman_sync
 
 NETWORK_NAME = "prefect-harbor"
-GUARD_CHAIN = "PREFECT-HARBOR"
-#: The relays bind in this range; the guard admits it and nothing else of the host's.
+#: The relays bind in this range; the guard admits each one's port while it runs.
 RELAY_PORTS = range(47200, 47300)
 logger = logging.getLogger(__name__)
 _lock = threading.Lock()
-_relays: dict[tuple[str, int], _Relay] = {}
+_relays: dict[tuple[tuple[str, int], type[socketserver.BaseRequestHandler]], Relay] = {}
 _network_ready = False
 #: Linux's IP_FREEBIND (<linux/in.h>); Python's socket module does not name it.
 _IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
@@ -51,15 +46,15 @@ def reachable_from_sandbox(url: str) -> str:
     """``url`` as a container sees it: loopback endpoints go through a relay, others are unchanged."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if not _is_loopback(host):
+    if not is_loopback(host):
         return url
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    relay = _relay_for((host, port))
+    relay = relay_for((host, port))
     netloc = f"{relay.address[0]}:{relay.address[1]}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -77,7 +72,7 @@ def ensure_network() -> str:
         created = podman_sync("network", "create", NETWORK_NAME)
         if created.returncode != 0 and podman_sync("network", "exists", NETWORK_NAME).returncode != 0:
             created.check(f"creating the {NETWORK_NAME} network")
-    guard_host(bridge_name())
+    firewall.guard(bridge_name())
     _network_ready = True
     return NETWORK_NAME
 
@@ -104,58 +99,37 @@ def _network_info() -> dict:
     return network
 
 
-def guard_host(bridge: str) -> bool:
-    """Install the INPUT guard for ``bridge``, IPv4 and IPv6 (idempotent); False, with a warning, where it cannot be."""
-    return all(_guard(tool, reject, bridge) for tool, reject in (("iptables", "icmp-admin-prohibited"), ("ip6tables", "icmp6-adm-prohibited")))
-
-
-def _guard(tool: str, reject: str, bridge: str) -> bool:
-    rules = [
-        ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
-        ["-p", "tcp", "--dport", f"{RELAY_PORTS.start}:{RELAY_PORTS.stop - 1}", "-j", "RETURN"],
-        ["-j", "REJECT", "--reject-with", reject],
-    ]
-    binary = shutil.which(tool)
-    unguarded = f"host services listening on all interfaces are reachable from public trials over {'IPv6' if '6' in tool else 'IPv4'}"
-    if binary is None:
-        logger.warning(f"{tool} is not installed: {unguarded}.")
-        return False
-
-    def run(*args: str) -> bool:
-        return subprocess.run([binary, "-w", *args], capture_output=True).returncode == 0
-
-    if not run("-n", "-L", GUARD_CHAIN) and not run("-N", GUARD_CHAIN):
-        logger.warning(f"Could not create the {tool} guard (not root?): {unguarded}.")
-        return False
-    for rule in rules:
-        if not run("-C", GUARD_CHAIN, *rule):
-            run("-A", GUARD_CHAIN, *rule)
-    jump = ["INPUT", "-i", bridge, "-j", GUARD_CHAIN]
-    if not run("-C", *jump):
-        run("-I", *jump)
-    return True
-
-
 def gateway_address() -> str:
     ensure_network()
     return _network_info()["subnets"][0]["gateway"]
 
 
-class _Forward(socketserver.BaseRequestHandler):
+class Forward(socketserver.BaseRequestHandler):
+    """A relay's connection: both directions copied as they are to the relay's one target."""
+
+    server: Relay
+
     def handle(self) -> None:
         try:
-            upstream = socket.create_connection(self.server.target, timeout=10)  # type: ignore[attr-defined]
+            upstream = self.open_upstream()
         except OSError:
             return
-        upstream.settimeout(None)
-        pump = threading.Thread(target=_pipe, args=(upstream, self.request), daemon=True)
-        pump.start()
-        _pipe(self.request, upstream)
-        pump.join()
-        upstream.close()
+        with upstream:
+            pump = threading.Thread(target=pipe, args=(upstream, self.request), daemon=True)
+            pump.start()
+            self.forward(self.request, upstream)
+            pump.join()
+
+    def open_upstream(self) -> socket.socket:
+        return self.server.connect()
+
+    def forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Client to target; subclasses may rewrite what passes (:mod:`.proxy` adds credentials)."""
+        pipe(client, upstream)
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source`` to ``sink`` until the end, then end ``sink``'s writing side."""
     try:
         while data := source.recv(65536):
             sink.sendall(data)
@@ -168,19 +142,25 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
             pass
 
 
-class _Relay(socketserver.ThreadingTCPServer):
+class Relay(socketserver.ThreadingTCPServer):
+    """A TCP relay on the bridge's gateway to one ``target``, admitted by the host's guard while it runs."""
+
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, bind: str, target: tuple[str, int]) -> None:
+    def __init__(self, bind: str, target: tuple[str, int], handler: type[Forward] = Forward) -> None:
         self.target = target
         for port in RELAY_PORTS:
             try:
-                super().__init__((bind, port), _Forward)
-                return
+                super().__init__((bind, port), handler)
+                break
             except OSError:
                 self.socket.close()
-        raise OSError(f"no free port for a model relay in {RELAY_PORTS.start}-{RELAY_PORTS.stop - 1} on {bind}")
+        else:
+            raise OSError(f"no free port for a relay in {RELAY_PORTS.start}-{RELAY_PORTS.stop - 1} on {bind}")
+        self.owner = janitor.owner_token()
+        janitor.ensure_watchdog()  # withdraws the admission if this process dies without closing it
+        firewall.admit(*self.address, self.owner)
 
     def server_bind(self) -> None:
         # The bridge gets its gateway address only when the first container joins it:
@@ -188,16 +168,39 @@ class _Relay(socketserver.ThreadingTCPServer):
         self.socket.setsockopt(socket.IPPROTO_IP, _IP_FREEBIND, 1)
         super().server_bind()
 
+    def connect(self) -> socket.socket:
+        upstream = socket.create_connection(self.target, timeout=10)
+        upstream.settimeout(None)
+        return upstream
+
     @property
     def address(self) -> tuple[str, int]:
         return self.server_address[0], self.server_address[1]
 
+    def close(self) -> None:
+        """Stop serving and withdraw the admission: the port is closed to containers again."""
+        self.shutdown()
+        self.server_close()
+        firewall.withdraw(*self.address, self.owner)
 
-def _relay_for(target: tuple[str, int]) -> _Relay:
+
+def relay_for(target: tuple[str, int], handler: type[Forward] = Forward) -> Relay:
+    """This process's relay to ``target`` (one per target and kind), started on first use."""
     with _lock:
-        relay = _relays.get(target)
+        relay = _relays.get((target, handler))
         if relay is None:
-            relay = _Relay(gateway_address(), target)
-            threading.Thread(target=relay.serve_forever, name=f"model-relay-{target[1]}", daemon=True).start()
-            _relays[target] = relay
+            relay = Relay(gateway_address(), target, handler)
+            threading.Thread(target=relay.serve_forever, name=f"relay-{target[1]}", daemon=True).start()
+            if not _relays:
+                atexit.register(close_relays)
+            _relays[(target, handler)] = relay
         return relay
+
+
+def close_relays() -> None:
+    """Close every relay of this process (at exit; the watchdog covers a process that is killed)."""
+    with _lock:
+        relays = list(_relays.values())
+        _relays.clear()
+    for relay in relays:
+        relay.close()

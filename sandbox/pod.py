@@ -30,14 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import tarfile
 from collections.abc import Awaitable, Callable
 
 from prefect_harbor.sandbox.compose import Healthcheck, Project, Service
 from prefect_harbor.sandbox.engine import Completed, EngineError, podman
+from prefect_harbor.sandbox.limits import cgroupfs_manager, limit_cgroup
+from prefect_harbor.sandbox.workdir import start_creating_workdir
 
 _POD_TIMEOUT_SEC = 60
 _LOG_TAIL_LINES = "30"
+logger = logging.getLogger(__name__)
+#: The pod's infra container and a monitor (conmon) per container count against the pod's limit too.
+_POD_OVERHEAD_PIDS = 32
 
 #: Starts one service's container in the pod and returns its id.
 StartService = Callable[[Service], Awaitable[str]]
@@ -50,15 +56,21 @@ class ServiceStartError(RuntimeError):
 class Pod:
     """One trial's pod: a network namespace its containers share, and nothing else."""
 
-    def __init__(self, name: str, labels: dict[str, str], network: str, service_names: list[str]) -> None:
+    def __init__(
+        self, name: str, labels: dict[str, str], network: str, service_names: list[str], pids_limit: int | None = None, userns: str | None = None
+    ) -> None:  # fmt: skip
         self.name = name
         self.labels = labels
         self.network = network
         self.service_names = service_names
+        self.pids_limit = pids_limit
+        self.userns = userns
 
     async def create(self) -> None:
         """Create the pod and start its infra container, which holds the network namespace."""
         args = ["pod", "create", "--name", self.name, "--infra-name", f"{self.name}-infra", "--share", "net", "--network", self.network]
+        if self.userns:
+            args += ["--userns", self.userns]
         for key, value in self.labels.items():
             args += ["--label", f"{key}={value}"]
         created = await podman(*args, timeout=_POD_TIMEOUT_SEC)
@@ -68,7 +80,18 @@ class Pod:
                 "(Debian/Ubuntu: apt-get install catatonit; or run `bash scripts/dev.sh setup`)."
             )
         created.check(f"creating pod {self.name}")
+        if self.pids_limit is not None:
+            await self._limit_processes(self.pids_limit)
         (await podman("pod", "start", self.name, timeout=_POD_TIMEOUT_SEC)).check(f"starting pod {self.name}")
+
+    async def _limit_processes(self, pids_limit: int) -> None:
+        """The trial's process limit on the pod's cgroup too, so its services share it rather than
+        each having its own (room is left for the pod's infra and the containers' monitors)."""
+        if not await asyncio.to_thread(cgroupfs_manager):
+            return
+        path = (await podman("pod", "inspect", "--format", "{{.CgroupPath}}", self.name)).check(f"inspecting pod {self.name}").text
+        if not path or not await asyncio.to_thread(limit_cgroup, path, pids_limit + _POD_OVERHEAD_PIDS):
+            logger.warning(f"Could not limit pod {self.name}'s processes as a whole: each of its containers keeps its own limit of {pids_limit}.")
 
     async def add(self, name: str, options: list[str], image: str, command: list[str], extra_hosts: list[tuple[str, str]]) -> str:
         """Create a container in the pod, give it its ``/etc/hosts`` (:func:`hosts_file`), start it; its id."""
@@ -77,7 +100,9 @@ class Pod:
         hosts = hosts_file(self.service_names, container[:12], extra_hosts)  # the hostname is the short id, as under Docker
         copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=_POD_TIMEOUT_SEC)
         copied.check(f"writing /etc/hosts of {name}")
-        (await podman("start", container, timeout=_POD_TIMEOUT_SEC)).check(f"starting container {name} from {image}")
+        started = await podman("start", container, timeout=_POD_TIMEOUT_SEC)
+        started = await start_creating_workdir(container, started) or started  # its --workdir is not in the image
+        started.check(f"starting container {name} from {image}")
         return container
 
     async def remove(self) -> Completed:

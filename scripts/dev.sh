@@ -33,6 +33,16 @@ ensure_system_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Subordinate ids for podman's --userns=auto (the sandbox's opt-in `userns: auto`, and its test):
+# a range for the `containers` user, as podman's documentation gives it. Root only; idempotent.
+ensure_subordinate_ids() {
+    [ "$(id -u)" -eq 0 ] || return 0
+    local table
+    for table in /etc/subuid /etc/subgid; do
+        grep -q '^containers:' "$table" 2>/dev/null || echo "containers:2147483647:2147483648" >> "$table"
+    done
+}
+
 # The first Python >= 3.12 we can find: on PATH, then pyenv's versions.
 find_python() {
     local candidate
@@ -48,6 +58,7 @@ find_python() {
 
 setup() {
     ensure_system_packages "${1:-}"
+    ensure_subordinate_ids
     PYTHON=$(find_python)
     # `uv --version`, not `command -v uv`: a pyenv shim exists for every version's tools and
     # fails when the selected version has none.

@@ -108,6 +108,60 @@ def write_terminal_bench_task(root: Path, name: str, solve: str, check: str) -> 
     return task
 
 
+#: A separate verifier's own image: the shared test image with the task's tests in it, as Harbor 0.25 tasks write it.
+VERIFIER_DOCKERFILE = BASE_DOCKERFILE + "COPY . /tests/\n"
+#: The ``store`` service of a separate-verifier pod task: keeps what is PUT to it in /data/value.txt.
+STORE_FILES = {
+    "store/Dockerfile": BASE_DOCKERFILE + "COPY store.py /srv/store.py\n",
+    "store/store.py": (
+        "import http.server, pathlib\n"
+        "class Store(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_PUT(self):\n"
+        "        pathlib.Path('/data').mkdir(exist_ok=True)\n"
+        "        pathlib.Path('/data/value.txt').write_bytes(self.rfile.read(int(self.headers['Content-Length'])))\n"
+        "        self.send_response(204); self.end_headers()\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+        "http.server.HTTPServer(('', 8080), Store).serve_forever()\n"
+    ),
+    "docker-compose.yaml": (
+        "services:\n  main:\n    depends_on:\n      store: {condition: service_healthy}\n  store:\n    build: ./store\n"
+        "    command: [python3, /srv/store.py]\n    healthcheck:\n"
+        "      test: [CMD, python3, -c, \"import urllib.request; urllib.request.urlopen('http://localhost:8080/', timeout=2)\"]\n"
+        "      interval: 1s\n      retries: 20\n"
+    ),
+}
+
+
+def write_separate_verifier_task(root: Path, name: str, word: str, *, store: bool = False, own_image: bool = True) -> Path:
+    """A Harbor 0.25 task verified in a separate container: the oracle writes ``word`` to
+    /app/words.txt (declared in ``artifacts``), and also an undeclared file and a process left
+    running; the verifier scores 1 only when the artifact says CORRECT and it sees neither of
+    the others. ``store``: the agent also PUTs ``word`` to a compose service, whose state a
+    ``[[verifier.collect]]`` command exports as a sidecar artifact the verifier checks too.
+    ``own_image``: the verifier's image is built from tests/Dockerfile (else it is a fresh copy
+    of the task's environment, with the tests uploaded into it)."""
+    solve = f"echo {word} > /app/words.txt; echo agent-only > /app/undeclared.txt; (nohup sleep 4242 >/dev/null 2>&1 &)"
+    check = (
+        "grep -qx CORRECT /app/words.txt && [ ! -e /app/undeclared.txt ] && ! pgrep -f 'sleep 4242' >/dev/null"
+        + (" && grep -qx CORRECT /export/value.txt" if store else "")
+    )
+    task = write_task(root, name, solve=solve, test=f"if {check}; then echo 1; else ls -la /app >&2; echo 0; fi > /logs/verifier/reward.txt")
+    artifacts = '["/app/words.txt"' + (', { source = "/export/value.txt", service = "store" }' if store else "") + "]"
+    toml = f'artifacts = {artifacts}\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
+    if store:
+        toml += '[[verifier.collect]]\nservice = "store"\ncommand = "mkdir -p /export && cp /data/value.txt /export/value.txt"\n'
+        put = "python3 -c \"import urllib.request; urllib.request.urlopen(urllib.request.Request('http://store:8080/', data=b'" + word + "', method='PUT'), timeout=5)\""
+        (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n{put}\n")
+        for relative, text in STORE_FILES.items():
+            (task / "environment" / relative).parent.mkdir(parents=True, exist_ok=True)
+            (task / "environment" / relative).write_text(text)
+    (task / "task.toml").write_text(toml)
+    if own_image:
+        (task / "tests" / "Dockerfile").write_text(VERIFIER_DOCKERFILE)
+    return task
+
+
 def slow_and_queued(tmp_path: Path, marker: str) -> Path:
     """Two rows that sleep in their sandbox (marked), three that will still be queued."""
     tasks = tmp_path / "tasks"

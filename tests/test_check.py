@@ -111,3 +111,36 @@ def test_check_code_dir_alone_scans_for_v02_apis(tmp_path):
     assert code == 1, output
     assert f"{tmp_path / 'rollout.py'}:1:" in output and "2 use(s) of removed v0.2 APIs" in output
     assert "configuration OK" not in output
+
+
+def test_check_says_per_task_whether_its_image_is_built_pulled_or_local(tasks):
+    """A Terminal-Bench 2.0 task names a prebuilt image and ships its Dockerfile: the sweep pulls it, or builds the Dockerfile."""
+    for name, image in [("tb2-shaped", "registry.invalid/alexgshaw/tb2-shaped:20251031"), ("local-image", BASE_IMAGE)]:
+        (write_task(tasks, name) / "task.toml").write_text(f'[environment]\ndocker_image = "{image}"\n')
+    code, output = check("--tasks-dir", str(tasks))
+    assert code == 0, output
+    assert "image good: builds environment/Dockerfile\n" in output
+    assert (
+        "image tb2-shaped: pulls docker_image registry.invalid/alexgshaw/tb2-shaped:20251031, "
+        "or builds its environment/Dockerfile if it cannot be pulled"
+    ) in output
+    assert f"image local-image: uses docker_image {BASE_IMAGE} (in local storage)" in output
+    code, forced = check("--tasks-dir", str(tasks), "--force-build")
+    assert code == 0 and forced.count("builds environment/Dockerfile (force_build)") == 2, forced
+
+
+def test_check_names_separate_verifiers_and_refuses_one_it_cannot_build(tasks):
+    """A separate verifier's own image (tests/Dockerfile) is checked with the task's; one that brings
+    its tests needs no tests/test.sh in the task folder, as in Harbor."""
+    from tasks_factory import write_separate_verifier_task
+
+    write_separate_verifier_task(tasks, "separate", word="CORRECT")
+    (write_separate_verifier_task(tasks, "image-only", word="CORRECT") / "tests" / "test.sh").unlink()
+    (write_separate_verifier_task(tasks, "bad-verifier", word="CORRECT") / "tests" / "Dockerfile").write_text("FROM\nCOPY . /tests/\n")
+    result = CliRunner().invoke(app, ["check", "--tasks-dir", str(tasks)], env={"COLUMNS": "300"})
+    code, output = result.exit_code, result.output
+    assert code == 1, output
+    assert "tests/test.sh, separate verifier: built from tests/" in output
+    assert "the verifier image's own /tests/test.sh, separate verifier: built from tests/" in output and "refused image-only" not in output
+    assert "refused bad-verifier:" in output and "tests/Dockerfile" in output and "line 1: cannot read 'FROM'" in output
+    assert "refused separate" not in output

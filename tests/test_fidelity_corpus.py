@@ -2,7 +2,7 @@
 
 The corpus itself is swept by ``benchmarks/fidelity.py``, a benchmark, not a test; these
 checks keep it honest: every folder is a runnable task with a reference solution and a reward
-source, the manifest lists exactly the folders, and the kinds issue 16 asks for are all there.
+source, the manifest lists exactly the folders, and the kinds issues 16 and 27 ask for are all there.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ REQUIRED_KINDS = {
     "apt-only", "apt+pip", "copy-folder", "multi-stage", "compose-single-service", "compose-two-services",
     "entrypoint", "multi-step", "terminal-bench", "python-3.13-slim", "ubuntu-24.04", "non-root-user",
     "verifier-pip-pytest", "multi-key-reward",
+    # issue 27: Terminal-Bench 2.0's prebuilt images, WORKDIR, COPY --from an image, stand-ins that match their tags,
+    # separate verifiers with artifacts, compose networks and variables
+    "prebuilt-image-fallback", "workdir-last", "copy-from-image", "python-version-matches-tag", "ubuntu-user",
+    "separate-verifier", "artifacts", "compose-named-network", "compose-variables",
 }  # fmt: skip
 
 
@@ -61,6 +65,8 @@ def test_every_task_has_a_config_an_instruction_a_solution_and_a_verifier(name: 
         return
     config = tomllib.loads((task / "task.toml").read_text())
     assert (task / "environment" / "Dockerfile").is_file() or (task / "environment" / "docker-compose.yaml").is_file()
+    if config.get("verifier", {}).get("environment_mode") == "separate":
+        assert config.get("artifacts"), "a separate verifier sees only the declared artifacts: declare them"
     if steps := config.get("steps"):
         for step in steps:
             folder = task / "steps" / step["name"]

@@ -31,3 +31,18 @@ def test_listed_variables_and_literals_pass(tmp_path):
     task = write_task(tmp_path, "fine")
     (task / "task.toml").write_text((task / "task.toml").read_text() + '[verifier.env]\nTOKEN = "${JUDGE_KEY}"\nMODE = "strict"\n')
     refuse_unlisted_host_variables(task, "fine", allowed=["JUDGE_KEY"])
+
+
+def test_passed_through_credentials_are_secrets_of_the_run(monkeypatch):
+    """A token a task may read (task.toml or compose ${VAR}) is redacted wherever the sweep writes, as the model key is."""
+    from prefect_harbor.blocks import HarborBackend
+    from prefect_harbor.flows.sweep import run_secrets
+
+    from paths import EXAMPLE_TASKS
+
+    monkeypatch.setenv("GH_TOKEN", "ghp_a_passed_through_token")
+    monkeypatch.setenv("LOG_LEVEL", "debug-and-more")
+    monkeypatch.setenv("FEATURE_AUTH", "true")
+    monkeypatch.setenv("OTHER_SECRET", "never-passed-through")
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", task_env_passthrough=["GH_TOKEN", "LOG_LEVEL", "FEATURE_AUTH", "UNSET_KEY"])
+    assert run_secrets(backend, None) == ["ghp_a_passed_through_token"]

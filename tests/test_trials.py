@@ -217,6 +217,14 @@ def test_patch_dockerfile_with_sdk_bakes_the_bundle_environment_instead_of_mount
     assert environment_kwargs(backend, run) == config.environment.kwargs, "prewarm must build the image the trials use"
 
 
+@pytest.mark.parametrize("force_build", [False, True])
+def test_force_build_reaches_harbors_environment_config_as_harbor_run_force_build_sets_it(tmp_path, force_build):
+    """Harbor's trial passes EnvironmentConfig.force_build to the environment's start(force_build)."""
+    run = RunContext(run_id="r", trials_dir=tmp_path / "trials")
+    config = build_trial_config(template_backend(force_build=force_build), DatasetRow(id="r1", prompt="hi"), EXAMPLE_TASKS / "reward-txt", run, "r1__x")
+    assert config.environment.force_build is force_build
+
+
 @pytest.mark.parametrize(
     ("backend", "metadata", "task"),
     [

@@ -33,7 +33,38 @@ from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode
 from prefect_harbor.storage.results import SweepSummary
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 
-app = typer.Typer(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
+#: Prefect's temporary server may take this long to answer before a command gives up (Prefect's own
+#: default, 20 s, is too short on a loaded machine: the server alone takes 5-6 s to start on an idle one).
+EPHEMERAL_STARTUP_TIMEOUT_SEC = "120"
+#: What a command says, in one line, when Prefect's temporary server still does not answer in time.
+SERVER_TIMEOUT_HINT = (
+    "Prefect's temporary API server did not start within {timeout} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS; "
+    "the machine may be busy). Start a server once (`prefect server start`) and export "
+    "PREFECT_API_URL=http://127.0.0.1:4200/api, or raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS."
+)
+
+
+def _prefect_defaults() -> None:
+    """Offline-friendly Prefect defaults, unless the user set them: effective only before prefect is imported."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_SEC)
+
+
+class _App(typer.Typer):
+    """The command line, saying in one line what to do when Prefect's temporary server does not start in time."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except RuntimeError as error:
+            if not str(error).startswith("Timed out while attempting to connect to ephemeral Prefect API server"):
+                raise
+            timeout = os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_SEC)
+            err.print(f"[bold red]error:[/] {SERVER_TIMEOUT_HINT.format(timeout=timeout)}", highlight=False, soft_wrap=True)
+            raise SystemExit(2) from None
+
+
+app = _App(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
 err = Console(stderr=True)
 
 # Options shared by `sweep` and `check` (one definition, one help text).
@@ -53,22 +84,20 @@ Model = Annotated[str | None, typer.Option(help="Model for model-backed agents (
 EndpointBlock = Annotated[str | None, typer.Option(help="A saved Model Endpoint block for model-backed agents.")]
 BaseUrl = Annotated[str | None, typer.Option(help="An OpenAI-compatible base URL, instead of --model-endpoint.")]
 KeyEnv = Annotated[str | None, typer.Option(help="The environment variable holding the key for --model-base-url (never the key itself).")]
+ForceBuild = Annotated[
+    bool, typer.Option("--force-build", help="Build task images from their Dockerfiles even when task.toml names a prebuilt docker_image (as `harbor run --force-build`).")
+]
 
 
 @app.callback()
 def main() -> None:
     """Agent evaluation sweeps as Prefect workflows on Harbor trials."""
+    _prefect_defaults()  # before anything imports prefect: its settings are read once, at import
 
 
 def fail(message: str) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
-
-
-def _prefect_defaults() -> None:
-    # Offline-friendly Prefect defaults (a cold temporary server can take over 20 s here).
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 @contextlib.contextmanager
@@ -180,6 +209,7 @@ def sweep(
     model_base_url: BaseUrl = None,
     model_api_key_env: KeyEnv = None,
     backend_block: BackendBlock = None,
+    force_build: ForceBuild = False,
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
     storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
@@ -196,6 +226,7 @@ def sweep(
     backend = load_backend(
         backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir, workflow_config=workflow_config, grader_config=grader_config,
         bundle=bundle, model=model, model_endpoint=model_endpoint, model_base_url=model_base_url, model_api_key_env=model_api_key_env,
+        force_build=force_build or None,
     )  # fmt: skip
     try:
         info = scan_dataset(dataset)
@@ -237,6 +268,7 @@ def check(
     agent: Agent = "oracle",
     grader: Grader = None,
     backend_block: BackendBlock = None,
+    force_build: ForceBuild = False,
     dataset: Annotated[str | None, typer.Option(help="Check the tasks this dataset's rows select (default: every task of --tasks-dir).")] = None,
     code_dir: Annotated[Path | None, typer.Option(help="A rollout project to scan for removed Osmosis v0.2 APIs (alone, or with a configuration).")] = None,
 ) -> None:
@@ -247,7 +279,7 @@ def check(
     problems = 0
     scanned = code_dir
     if tasks_dir is not None or backend_block is not None:
-        backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None)
+        backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None, force_build=force_build or None)
         console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent_spec}", soft_wrap=True)
         problems += check_tasks_of(backend, dataset, console)
         scanned = code_dir or backend.code_dir
@@ -279,6 +311,8 @@ def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
         table.add_row(escape(report.task), "-" if report.rows is None else str(report.rows), report.reward_source or "-", verdict)
     console.print(table)
     for report in reports:
+        if report.image:
+            console.print(f"image {escape(report.task)}: {escape(report.image)}", highlight=False, soft_wrap=True)
         if report.problem:
             console.print(f"[red]refused[/] {escape(report.task)}: {escape(report.problem)}", highlight=False, soft_wrap=True)
         elif report.note:

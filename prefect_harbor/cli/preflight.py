@@ -5,7 +5,8 @@ Every check is the sweep's own code, not a copy of it: rows resolve through
 ``tasks_dir``, fetches), each task passes :func:`~prefect_harbor.trial.row_trial.validate_task`
 (links, ``task.toml``, the reward source), and in the local sandbox
 :func:`~prefect_harbor.sandbox.prepare_task_image` runs up to, not including, the build
-(compose, no Dockerfile, a FROM it cannot read, a base image not in local storage).
+(compose, no Dockerfile, a FROM it cannot read, a base image not in local storage), which
+also says how the task's image will be had: its prebuilt ``docker_image``, pulled, or built.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
+from prefect_harbor.sandbox.images import BaseNotMadeError, ImageSource
 from prefect_harbor.rows.sources import RowRejected, TaskResolver
-from prefect_harbor.trial.row_trial import validate_task
+from prefect_harbor.trial.row_trial import task_environment_kwargs, validate_task
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ class TaskReport:
     reward_source: str | None = None
     problem: str | None = None
     note: str | None = None
+    #: How the sweep will have the task's image: its local docker_image, a pull of it, or a build of its Dockerfile (and why).
+    image: str | None = None
 
 
 def task_rows(backend: HarborBackend, rows: Iterable[DatasetRow | RowProblem] | None) -> dict[str, list[DatasetRow | RowProblem]]:
@@ -80,7 +84,10 @@ async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows
         if not backend.environment.is_local_sandbox:
             report.note = f"environment {backend.environment.type or backend.environment.import_path}: its image is not checked here"
             return report
-        await prepare_task_image(task.path, backend.environment.kwargs, logger, build=False)
+        prepared = await prepare_task_image(task.path, task_environment_kwargs(backend), logger, build=False, force_build=backend.force_build)
+        report.image = image_plan(prepared.source, pull)
+    except BaseNotMadeError as error:
+        report.note = str(error)
     except BaseImageNotFoundError as error:
         if pull:
             report.note = f"check pulls nothing, the sweep will try to: {error}"
@@ -89,3 +96,15 @@ async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows
     except (RowRejected, ImageBuildError, ValueError, OSError) as error:
         report.problem = str(error)
     return report
+
+
+def image_plan(source: ImageSource, pull: bool) -> str:
+    """What a sweep will do for the task's image, from how ``check`` (which pulls nothing) could have it."""
+    dockerfile = "builds environment/Dockerfile"
+    if not source.built:
+        return f"uses docker_image {source.docker_image} (in local storage)"
+    if source.docker_image and source.reason != "force_build":
+        if pull:
+            return f"pulls docker_image {source.docker_image}, or {dockerfile.replace('builds', 'builds its')} if it cannot be pulled"
+        return f"{dockerfile} (docker_image {source.docker_image} is not in local storage and pull is off)"
+    return f"{dockerfile} (force_build)" if source.docker_image else dockerfile

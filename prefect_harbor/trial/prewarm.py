@@ -47,6 +47,9 @@ class PrewarmResult(BaseModel):
     seconds: float = Field(description="Wall time of the image build and the install-only trial.")
     error: str | None = None
     image: str | None = Field(default=None, description="The task's image, in the local container sandbox.")
+    image_source: str | None = Field(
+        default=None, description="How the image was had: the task's prebuilt docker_image, or built from its Dockerfile (and why, when it names an image)."
+    )
     build_log: str | None = Field(default=None, description="Host path of the image's build log, when this prewarm built it.")
     reused: bool = Field(default=False, description="The install-only trial was skipped: this exact setup passed on this host before.")
 
@@ -70,11 +73,12 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
     trial_name = trial_name_for(row.id)
     uncredentialed = _uncredentialed(backend)
     copy = run.tasks_copy_dir / trial_name
-    image, build_log, reused = None, None, False
+    image, source, build_log, reused = None, None, None, False
     try:
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
         if backend.environment.is_local_sandbox:
-            image, build_log = await prepare_task_image(task_path, environment_kwargs(backend, run), logger)
+            prepared = await prepare_task_image(task_path, environment_kwargs(backend, run), logger, force_build=backend.force_build)
+            image, source, build_log = prepared.image, str(prepared.source), prepared.build_log
         passed = passed_setup(task_path, image, backend, run)
         if passed is not None and passed.is_file():
             message, reused = None, True
@@ -95,7 +99,7 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
         run.input_path(trial_name).unlink(missing_ok=True)
     return PrewarmResult(
         task=task.name, ok=message is None, seconds=round(time.perf_counter() - started, 3), error=message,
-        image=image, build_log=str(build_log) if build_log else None, reused=reused,
+        image=image, image_source=source, build_log=str(build_log) if build_log else None, reused=reused,
     )  # fmt: skip
 
 
@@ -115,7 +119,7 @@ async def set_up_before(
         copy = run.tasks_copy_dir / f"{trial_name_for(row.id)}-lookup"
         try:
             task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
-            images = await task_image_names(task_path, kwargs, logger)
+            images = await task_image_names(task_path, kwargs, logger, force_build=backend.force_build)
             marker = passed_setup(task_path, images[0], backend, run)
             if marker is not None and marker.is_file():
                 found[task.name] = (images, time.perf_counter() - started)

@@ -33,6 +33,8 @@ from prefect_harbor.agents.harness import BundleRuntime, container_input, harnes
 from prefect_harbor.agents.native import native_agent_config
 from prefect_harbor.storage.results import ErrorCategory, RowResult
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
+from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
+from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
@@ -154,9 +156,23 @@ def bakes_the_bundle(backend: HarborBackend, run: RunContext) -> bool:
     return run.bundle is not None and backend.environment.is_local_sandbox and backend.patch_dockerfile_with_sdk is not False
 
 
-def environment_kwargs(backend: HarborBackend, run: RunContext) -> dict:
-    """The environment's options for this run's trials (and its prewarm, which must build the same image)."""
+def task_environment_kwargs(backend: HarborBackend) -> dict:
+    """The environment's options as the backend sets them; in the local sandbox with the backend's
+    ``task_env_passthrough``, the host variables a task's compose file may read (as its task.toml may)."""
     kwargs = dict(backend.environment.kwargs)
+    if backend.environment.is_local_sandbox and backend.task_env_passthrough:
+        kwargs[PASSTHROUGH_OPTION] = list(backend.task_env_passthrough)
+    return kwargs
+
+
+def environment_kwargs(backend: HarborBackend, run: RunContext) -> dict:
+    """The environment's options for this run's trials (and its prewarm, which must build the same image).
+
+    The local sandbox gets the per-trial process limit that fits this host's budget at the run's
+    trials at once (:func:`~prefect_harbor.sandbox.limits.trial_pids_limit`; the flow checked it first)."""
+    kwargs = task_environment_kwargs(backend)
+    if backend.environment.is_local_sandbox:
+        kwargs["pids_limit"] = trial_pids_limit(kwargs.get("pids_limit"), backend.n_concurrent)
     if bakes_the_bundle(backend, run):
         assert run.bundle is not None
         kwargs["baked_paths"] = run.bundle.env.baked()
@@ -185,8 +201,9 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
         trial_name=trial_name,
         agent=agent,
         environment=EnvironmentConfig(
-            type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None
-        ),
+            type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None,
+            force_build=backend.force_build,
+        ),  # fmt: skip
     )
 
 

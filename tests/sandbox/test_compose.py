@@ -57,14 +57,14 @@ def test_no_compose_file_is_no_project(tmp_path):
         ("services:\n  main:\n    volumes: [/etc:/host-etc]\n", "services.main.volumes: host mounts are not given"),
         ("services:\n  main:\n    command: python server.py\n", "services.main.command"),
         ("services:\n  main:\n    network_mode: host\n", "services.main.network_mode: 'host'"),
-        ("services:\n  main: {}\nnetworks: {x: {}}\n", "top-level networks"),
         ("services:\n  db: {environment: {A: b}}\n", "services.db: a service beside main needs a build or an image"),
         ("services:\n  db: {image: x, privileged: true}\n", "services.db.privileged cannot be honoured"),
         ("services:\n  db: {image: x, cap_add: [NET_ADMIN]}\n", "services.db.cap_add cannot be honoured"),
         ("services:\n  db: {image: x, volumes: ['/:/host']}\n", "services.db.volumes cannot be honoured"),
         ("services:\n  db: {image: x, network_mode: host}\n", "services.db.network_mode cannot be honoured"),
-        ("services:\n  db: {image: x, networks: [back]}\n", "services.db.networks cannot be honoured"),
-        ("services:\n  db: {image: 'postgres:${TAG}'}\n", "services.db.image: 'postgres:${TAG}' reads a host variable"),
+        ("services:\n  db: {image: x, networks: [back]}\n", "services.db.networks: 'back' is not declared"),
+        ("services:\n  db: {image: 'postgres:${TAG:?set the tag}'}\n", "services.db.image: ${TAG} must be set (set the tag); list TAG in the backend's task_env_passthrough"),
+        ("services:\n  db: {image: 'postgres:${TAG'}\n", "services.db.image: 'postgres:${TAG' has a '${' without its closing '}'"),
         ("services:\n  db: {build: ../..}\n", "services.db.build.context: '../..' is outside the task's environment folder"),
         ("services:\n  db: {build: {context: ., args: {A: b}}}\n", "services.db.build.args cannot be honoured"),
         ("services:\n  db: {build: ./missing}\n", "does not exist"),
@@ -75,6 +75,7 @@ def test_no_compose_file_is_no_project(tmp_path):
         ("services:\n  main: {network_mode: none}\n  db: {image: x}\n", "network_mode: 'none' would cut main off from its services"),
         ("services:\n  db: {image: x, healthcheck: {test: [CMD, 'true'], interval: soon}}\n", "healthcheck.interval: 'soon' is not a duration"),
         ("services:\n  db: {image: x}\nvolumes: {data: {}}\n", "top-level volumes"),
+        ("services:\n  db: {image: x}\nsecrets: {s: {file: /etc/shadow}}\n", "top-level secrets"),
     ],
 )
 def test_what_the_sandbox_cannot_honour_is_refused_naming_the_key(tmp_path, text, named):
@@ -83,11 +84,114 @@ def test_what_the_sandbox_cannot_honour_is_refused_naming_the_key(tmp_path, text
     assert named in str(refused.value)
 
 
-def test_dollars_are_unescaped_and_host_variables_refused(tmp_path):
-    settings = compose(tmp_path, 'services:\n  main:\n    entrypoint: ["/bin/sh", "-c", "exec \\"$$@\\"", "--"]\n')
-    assert settings.entrypoint == ["/bin/sh", "-c", 'exec "$@"', "--"]
-    with pytest.raises(ComposeNotSupported, match=r"environment.TOKEN: '\$\{AWS_SECRET_ACCESS_KEY\}' reads a host variable"):
-        compose(tmp_path, "services:\n  main:\n    environment:\n      TOKEN: ${AWS_SECRET_ACCESS_KEY}\n")
+def test_dollars_are_unescaped(tmp_path):
+    settings = compose(tmp_path, 'services:\n  main:\n    entrypoint: ["/bin/sh", "-c", "exec \\"$$@\\" $${HOME}", "--"]\n')
+    assert settings.entrypoint == ["/bin/sh", "-c", 'exec "$@" ${HOME}', "--"]
+
+
+#: A compose file reading host variables in the forms compose knows.
+VARIABLES = """services:
+  main:
+    environment:
+      GH_TOKEN: ${GH_TOKEN}
+      MISSING: ${NOT_PASSED}
+      LEVEL: ${LOG_LEVEL:-info}
+      EMPTY_OR: ${EMPTY_ONE:-fallback}
+      UNSET_ONLY: ${EMPTY_ONE-kept-empty}
+      HOME_DIR: ${HOME:-/root}
+      BRACELESS: $GH_TOKEN/x
+      NESTED: ${NOPE:-${GH_TOKEN}}
+      ALT: ${GH_TOKEN:+present}
+      PRICE: cost $$5
+      TESTS: ${TEST_DIR}/data
+  api:
+    image: "registry.local/api:${API_TAG:-1.0}"
+"""
+
+
+def test_variables_come_from_task_env_passthrough_only_and_compose_rules_fill_the_rest(tmp_path, monkeypatch):
+    from prefect_harbor.sandbox.interpolation import ComposeVariables
+
+    monkeypatch.setenv("GH_TOKEN", "ghp_passed_through_value")
+    monkeypatch.setenv("EMPTY_ONE", "")
+    monkeypatch.setenv("HOME", "/home/the-sweeps-owner")
+    monkeypatch.setenv("NOT_PASSED", "host-secret-not-listed")
+    (tmp_path / "docker-compose.yaml").write_text(VARIABLES)
+    read = load(tmp_path, variables=ComposeVariables.from_host(["GH_TOKEN", "EMPTY_ONE", "API_TAG"]))
+    assert read.main.environment == {
+        "GH_TOKEN": "ghp_passed_through_value", "MISSING": "", "LEVEL": "info", "EMPTY_OR": "fallback", "UNSET_ONLY": "",
+        "HOME_DIR": "/root", "BRACELESS": "ghp_passed_through_value/x", "NESTED": "ghp_passed_through_value", "ALT": "present",
+        "PRICE": "cost $5", "TESTS": "/tests/data",
+    }  # fmt: skip
+    assert read.services["api"].image == "registry.local/api:1.0"
+    warnings = "\n".join(read.warnings)
+    assert "services.main.environment.MISSING: ${NOT_PASSED} is unset: the host sets NOT_PASSED, but the backend's task_env_passthrough does not list it" in warnings
+    assert "${HOME} is unset: the host sets HOME" in warnings, "a withheld variable is warned about even with a default"
+    assert "LOG_LEVEL" not in warnings and "API_TAG" not in warnings, "an unset variable with a default is not warned about, as in compose"
+    assert "host-secret-not-listed" not in warnings and "the-sweeps-owner" not in warnings, "a warning told a host value"
+
+
+def test_without_passthrough_no_host_variable_is_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("GH_TOKEN", "ghp_never_read")
+    read = project(tmp_path, VARIABLES)
+    assert read.main.environment["GH_TOKEN"] == "" and read.main.environment["BRACELESS"] == "/x"
+    assert any("${GH_TOKEN} is unset" in warning for warning in read.warnings)
+
+
+def test_harbors_placeholders_keep_their_meaning(tmp_path, monkeypatch):
+    monkeypatch.setenv("CPUS", "99")
+    settings = compose(tmp_path, MIGRATED)  # ${CONTEXT_DIR}, ${MAIN_IMAGE_NAME}, ${CPUS}, ${MEMORY}, the log volumes
+    assert settings.image is None and settings.environment["TEST_DIR"] == "/tests"
+
+
+def test_a_service_on_mains_image_is_built_as_main_is(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    worker = project(tmp_path, "services:\n  main: {}\n  worker: {image: '${MAIN_IMAGE_NAME}', command: [sleep, infinity]}\n").services["worker"]
+    assert (worker.image, worker.build.context, worker.build.dockerfile) == (None, tmp_path.resolve(), (tmp_path / "Dockerfile").resolve())
+
+
+def test_extension_fields_are_ignored_as_compose_ignores_them(tmp_path):
+    read = project(tmp_path, "x-common: &common {environment: {MODE: strict}}\nservices:\n  main:\n    <<: *common\n    x-note: ignored\n")
+    assert read.main.environment == {"MODE": "strict"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "services:\n  main: {networks: [backend]}\n  db: {image: x, networks: {backend: {aliases: [database]}}}\nnetworks:\n  backend: {driver: bridge}\n",
+        "services:\n  main: {}\n  db: {image: x, networks: {default: {aliases: [database]}}}\nnetworks:\n  default: {name: shared, labels: {a: b}}\n",
+        "services:\n  main: {networks: [front, back]}\n  db: {image: x, networks: [back, front], }\nnetworks: {front: {}, back: {driver: bridge, internal: false}}\n",
+    ],
+    ids=["one-named-bridge", "the-default-network", "two-networks-all-share"],
+)
+def test_networks_that_keep_no_two_services_apart_are_honoured_with_their_aliases(tmp_path, text):
+    read = project(tmp_path, text)
+    assert set(read.names) <= set(read.host_names)
+    if "aliases" in text:
+        assert "database" in read.host_names and "database" in hosts_file(read.host_names, "0123456789ab", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "services:\n  main: {networks: [front]}\n  api: {image: x, networks: [front, back]}\n  db: {image: x, networks: [back]}\nnetworks: {front: {}, back: {}}\n",
+            "services.main (networks ['front']) and services.db (networks ['back']) share no network, so compose would keep them apart",
+        ),
+        ("services:\n  main: {}\n  db: {image: x, networks: [back]}\nnetworks: {back: {}}\n", "services.main (networks ['default']) and services.db"),
+        ("services:\n  main: {networks: [outside]}\nnetworks: {outside: {external: true}}\n", "networks.outside.external: a trial joins none of the host's networks"),
+        ("services:\n  main: {networks: [n]}\nnetworks: {n: {internal: true}}\n", 'networks.n.internal: to keep a trial from the outside, set task.toml\'s [environment] network_mode = "no-network"'),
+        ("services:\n  main: {networks: [n]}\nnetworks: {n: {driver: macvlan}}\n", "networks.n.driver: 'macvlan'; only a plain bridge network is honoured"),
+        ("services:\n  main: {networks: [n]}\nnetworks: {n: {driver_opts: {mtu: 1400}}}\n", "networks.n.driver_opts cannot be honoured"),
+        ("services:\n  main: {networks: [n]}\nnetworks: {n: {ipam: {config: [{subnet: 10.5.0.0/16}]}}}\n", "networks.n.ipam cannot be honoured"),
+        ("services:\n  main: {networks: {n: {ipv4_address: 10.5.0.5}}}\nnetworks: {n: {}}\n", "services.main.networks.n.ipv4_address cannot be honoured"),
+    ],
+    ids=["isolating-networks", "default-and-another", "external", "internal", "driver", "driver-options", "ipam", "fixed-address"],
+)
+def test_networks_a_pod_cannot_honour_are_refused_naming_the_key_and_the_fix(tmp_path, text, named):
+    with pytest.raises(ComposeNotSupported) as refused:
+        project(tmp_path, text)
+    assert named in str(refused.value) and str(tmp_path / "docker-compose.yaml") in str(refused.value)
 
 
 #: A main service and two beside it, in the shapes public tasks use.

@@ -3,7 +3,8 @@
 import pytest
 from harbor.models.task.config import EnvironmentConfig, NetworkMode
 
-from tests.tasks_factory import BASE_IMAGE
+from prefect_harbor.sandbox.engine import podman
+from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 
 async def test_task_resources_and_the_process_limit_are_applied(make_environment):
@@ -50,3 +51,35 @@ async def test_the_hosts_proxy_settings_reach_the_trial_and_nothing_else_of_its_
 def test_an_allowlist_task_is_refused_naming_the_alternatives(make_environment):
     with pytest.raises(ValueError, match="allowlist.*'public'.*'no-network'.*type 'docker'"):
         make_environment(network_mode=NetworkMode.ALLOWLIST)
+
+
+async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_docker_run_w_does(make_environment):
+    """podman 4.3 refuses --workdir for a folder the image lacks; Docker makes it (root's)."""
+    env = make_environment(task_env=EnvironmentConfig(workdir="/srv/task/work"))
+    await env.start(force_build=False)
+    try:
+        seen = (await env.exec("pwd; stat -c '%U %a' .; touch made-here && echo written")).stdout.split()
+    finally:
+        await env.stop(delete=True)
+    assert seen == ["/srv/task/work", "root", "755", "written"]
+
+
+async def test_with_userns_auto_the_trials_root_is_not_the_hosts_root_and_user_tasks_still_work(make_environment):
+    """Measured for issue 26 (opt-in, README "Isolation"): a user namespace per trial, files copied in and out as usual."""
+    env = make_environment(dockerfile=BASE_DOCKERFILE + "RUN useradd --create-home agent\n", userns="auto")
+    await env.start(force_build=False)
+    try:
+        host_user = (await podman("top", env.container_id, "huser")).check("top").text.split()[1:]
+        as_agent = await env.exec("id -un && touch /home/agent/written && echo ok", user="agent")
+        await env.exec("mkdir -p /tmp/out && echo from-root > /tmp/out/out.txt", user="root")
+        await env.download_dir("/tmp/out", env.trial_paths.agent_dir)
+    finally:
+        await env.stop(delete=True)
+    assert host_user and "0" not in host_user and "root" not in host_user, host_user
+    assert as_agent.stdout.split() == ["agent", "ok"], as_agent
+    assert (env.trial_paths.agent_dir / "out.txt").read_text() == "from-root\n"
+
+
+def test_userns_other_than_auto_is_refused_naming_the_option(make_environment):
+    with pytest.raises(ValueError, match="userns: 'host' is not supported; give 'auto'"):
+        make_environment(userns="host")

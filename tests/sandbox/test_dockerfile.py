@@ -4,7 +4,11 @@ import base64
 
 import pytest
 
-from prefect_harbor.sandbox.dockerfile import external_bases, lower_heredocs, parse_from_lines, pin_bases
+from prefect_harbor.sandbox.bootstrap import debian_suite
+from prefect_harbor.sandbox.dockerfile import (
+    EMPTY_STAGE, copy_from_images, create_workdirs, external_bases, lower_heredocs, parse_from_lines, pin_bases, pin_copy_sources,
+    with_arg_defaults,
+)  # fmt: skip
 from prefect_harbor.sandbox.images import bootstrapped_name, normalize_reference
 
 
@@ -63,3 +67,50 @@ def test_heredocs_are_lowered_to_plain_instructions():
     assert lowered[2].endswith("| base64 -d | python3") and body(lowered[2]) == "print(1)\n"
     assert body(lowered[3]) == "key=$VALUE\n"  # a quoted delimiter: no expansion
     assert "chown a:a /etc/app.conf" in lowered[3] and "chmod 600 /etc/app.conf" in lowered[3]
+
+
+def test_every_workdir_of_the_final_stage_is_followed_by_a_copy_that_creates_it_as_the_user_in_effect():
+    text = "FROM debian AS build\nUSER agent\nWORKDIR /b\nFROM build\nWORKDIR /a\nUSER root\nWORKDIR /c\nUSER 1000:1000\nWORKDIR d\nUSER agent\n"
+    assert create_workdirs(text).splitlines() == [
+        "FROM debian AS build", "USER agent", "WORKDIR /b",  # an earlier stage's WORKDIR is left alone
+        f"FROM scratch AS {EMPTY_STAGE}",
+        "FROM build", "WORKDIR /a", f"COPY --from={EMPTY_STAGE} --chown=agent . ./",  # the USER the final stage inherits
+        "USER root", "WORKDIR /c", f"COPY --from={EMPTY_STAGE} . ./",
+        "USER 1000:1000", "WORKDIR d", f"COPY --from={EMPTY_STAGE} --chown=1000:1000 . ./",
+        "USER agent",
+    ]  # fmt: skip
+    assert create_workdirs("FROM debian\nRUN true\n") == "FROM debian\nRUN true\n"
+
+
+def test_copy_from_and_mount_from_an_image_that_is_no_stage_are_found_and_pinned_like_a_base():
+    text = (
+        "FROM debian:bookworm AS build\nFROM debian:bookworm\n"
+        "COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/\n"
+        "COPY --from=build /a /a\nCOPY --from=0 /b /b\nCOPY --chown=1 --from=BUILD /c /c\nCOPY --from=${IMG} /d /d\nCOPY x y\n"
+        "RUN --mount=type=cache,target=/c --mount=type=bind,from=ghcr.io/astral-sh/uv:0.8.15,source=/uv,target=/u /u --version\n"
+        "RUN --mount=from=build,source=/a,target=/a true\n"
+    )
+    assert copy_from_images(text, parse_from_lines(text)) == ["ghcr.io/astral-sh/uv:0.8.15"]
+    pinned = pin_copy_sources(text, {"ghcr.io/astral-sh/uv:0.8.15": "localhost/prefect-harbor/task:abc"})
+    assert "COPY --from=localhost/prefect-harbor/task:abc /uv /uvx /bin/" in pinned.splitlines()
+    assert "RUN --mount=type=cache,target=/c --mount=type=bind,from=localhost/prefect-harbor/task:abc,source=/uv,target=/u /u --version" in pinned
+    assert pinned.replace("localhost/prefect-harbor/task:abc", "ghcr.io/astral-sh/uv:0.8.15") == text
+
+
+def test_global_arg_defaults_are_set_as_build_args_would_set_them():
+    text = "ARG SUITE=bookworm\nFROM debian:${SUITE}-slim\nARG SUITE=inner\n"
+    assert with_arg_defaults(text, {"SUITE": "trixie"}) == "ARG SUITE=trixie\nFROM debian:${SUITE}-slim\nARG SUITE=inner\n"
+    assert parse_from_lines(with_arg_defaults(text, {"SUITE": "trixie"}))[0].image == "debian:trixie-slim"
+    with pytest.raises(ValueError, match="no global ARG OTHER"):
+        with_arg_defaults(text, {"OTHER": "x"})
+
+
+@pytest.mark.parametrize(
+    ("reference", "suite"),
+    [
+        ("debian:bullseye-slim", "bullseye"), ("debian:13.0-slim", "trixie"), ("debian:12", "bookworm"), ("docker.io/library/debian:latest", "stable"),
+        ("debian:bookworm-20240110-slim", None), ("ubuntu:24.04", None), ("debian:99-slim", None),
+    ],
+)  # fmt: skip
+def test_debian_references_name_the_suite_debootstrap_makes(reference, suite):
+    assert debian_suite(reference) == suite

@@ -1,12 +1,13 @@
 """Task images built by podman from real Dockerfiles: semantics, caching, bases, failures, resources."""
 
 import logging
+import re
 import uuid
 from pathlib import Path
 
 import pytest
 
-from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError
+from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.container import image_resolver
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver, present_images
@@ -47,6 +48,7 @@ def fresh_resolver(**kwargs) -> ImageResolver:
     """A resolver that remembers nothing from earlier tests (podman's storage still does)."""
     ImageResolver._known.clear()
     ImageResolver._stood_in.clear()
+    ImageResolver._shipped.clear()
     return image_resolver(extra_ca_certs=[], **kwargs)
 
 
@@ -152,14 +154,18 @@ def test_buildpack_deps_is_stood_in_by_an_image_with_its_build_tools_not_by_bare
     assert stand_in is not None and stand_in.folder is not None and stand_in.image is None
     installed = (stand_in.folder / "Dockerfile").read_text().split()
     assert {"gcc", "g++", "make", "git", "curl", "libc6-dev"} <= set(installed)
-    assert shipped_stand_in("docker.io/library/ubuntu:24.04").image == "debian:bookworm"
+    assert shipped_stand_in("docker.io/library/ubuntu:22.04").image == "debian:bookworm"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "base, check, said",
     [
-        ("python:3.13-slim", "python --version && pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED", "not the tag's Python version"),
+        (
+            "python:3.13-slim-bookworm",
+            "python -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version' && pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED",
+            "Debian 13 (trixie)'s python3 3.13",
+        ),
         ("buildpack-deps:jammy", "printf 'int main(void){return 0;}\\n' > t.c && make t && ./t && git --version && curl --version", "build tools"),
     ],
 )
@@ -169,3 +175,117 @@ async def test_an_unpullable_base_gets_a_stand_in_that_does_what_tasks_expect_of
     with caplog.at_level(logging.WARNING):
         await fresh_resolver().ensure_built(context, "stand-in-task", timeout_sec=1800)
     assert f"'{base}' cannot be pulled: stood in by" in caplog.text and said in caplog.text
+
+
+def write_task(root: Path, dockerfile: str | None, docker_image: str | None) -> Path:
+    """A task folder with an optional Dockerfile and an optional prebuilt ``docker_image``, as Terminal-Bench 2.0 tasks have both."""
+    (root / "environment").mkdir(parents=True)
+    (root / "task.toml").write_text("[environment]\n" + (f'docker_image = "{docker_image}"\n' if docker_image else ""))
+    if dockerfile is not None:
+        (root / "environment" / "Dockerfile").write_text(dockerfile)
+    return root
+
+
+async def test_a_prebuilt_image_that_cannot_be_had_is_built_from_the_tasks_dockerfile_with_a_warning_naming_both(tmp_path, caplog):
+    unpullable = "registry.invalid/alexgshaw/fix-git:20251031"
+    task = write_task(tmp_path / "tb2-shaped", BASE_DOCKERFILE, unpullable)
+    fresh_resolver()
+    with caplog.at_level(logging.WARNING):
+        prepared = await prepare_task_image(task, {"extra_ca_certs": []}, logging.getLogger("test"))
+    assert prepared.image.startswith("localhost/prefect-harbor/task:") and prepared.source.built
+    assert str(prepared.source) == f"built from environment/Dockerfile (docker_image {unpullable!r} is not in local storage and cannot be pulled)"
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert f"docker_image {unpullable!r} is not in local storage and cannot be pulled: building the task's own environment/Dockerfile" in warning
+    without_dockerfile = write_task(tmp_path / "image-only", None, unpullable)
+    refused = r"the task's \[environment\] docker_image 'registry.invalid/alexgshaw/fix-git:20251031' .* no environment/Dockerfile .* Fix: pull"
+    with pytest.raises(BaseImageNotFoundError, match=refused):
+        await prepare_task_image(without_dockerfile, {"extra_ca_certs": []}, logging.getLogger("test"))
+
+
+async def test_a_prebuilt_image_that_can_be_had_is_used_and_force_build_builds_the_dockerfile_instead(tmp_path):
+    task = write_task(tmp_path / "local-image", BASE_DOCKERFILE, BASE_IMAGE)
+    prebuilt = await prepare_task_image(task, {"extra_ca_certs": []}, logging.getLogger("test"))
+    assert (prebuilt.image, str(prebuilt.source)) == (BASE_IMAGE, f"prebuilt docker_image {BASE_IMAGE!r}")
+    forced = await prepare_task_image(task, {"extra_ca_certs": []}, logging.getLogger("test"), force_build=True)
+    assert forced.image.startswith("localhost/prefect-harbor/task:") and str(forced.source) == "built from environment/Dockerfile (force_build)"
+
+
+async def test_every_workdir_of_the_final_stage_exists_in_the_image_owned_as_dockers_builder_makes_it(tmp_path):
+    """buildah 1.28 makes a WORKDIR only when a later step writes into it; podman then refuses --workdir for it."""
+    probe = uuid.uuid4().hex
+    context = environment_dir(
+        tmp_path,
+        f"FROM debian:bookworm-slim\nRUN useradd --create-home agent  # {probe}\nWORKDIR /first\nUSER agent\nWORKDIR /home/agent/work\nWORKDIR /app\n",
+    )
+    tag = await fresh_resolver().ensure_built(context, "workdir-last", timeout_sec=300)
+    done = await podman("run", "--rm", "--workdir", "/app", "--user", "root", tag, "stat", "-c", "%n %U", "/first", "/home/agent/work", ".")
+    assert done.check("run").text.splitlines() == ["/first root", "/home/agent/work agent", ". agent"]
+
+
+async def test_copy_from_an_image_gets_the_base_image_chain_and_uvs_stand_in_has_the_tags_release(tmp_path, caplog):
+    """COPY --from=ghcr.io/astral-sh/uv:X (and a RUN --mount from it) is found like a FROM base: here by uv X's
+    own binaries from its PyPI wheel."""
+    context = environment_dir(
+        tmp_path,
+        "FROM debian:bookworm-slim\nCOPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /bin/\n"
+        "RUN --mount=type=bind,from=ghcr.io/astral-sh/uv:0.8.15,source=/uvx,target=/mnt/uvx test -x /mnt/uvx && touch /mounted"
+        f"  # {uuid.uuid4().hex}\n",  # built afresh: a cached image would not show how it builds
+    )
+    with caplog.at_level(logging.WARNING):
+        tag = await fresh_resolver().ensure_built(context, "copy-from-uv", timeout_sec=600)
+    seen = await podman("run", "--rm", tag, "sh", "-c", "test -x /bin/uvx && test -f /mounted && uv --version")
+    assert seen.check("run").text.startswith("uv 0.8.15")
+    assert "'ghcr.io/astral-sh/uv:0.8.15' cannot be pulled: stood in by" in caplog.text and "uv 0.8.15's /uv and /uvx from its PyPI wheel" in caplog.text
+
+
+async def test_the_ubuntu_stand_in_has_the_ubuntu_user_that_ubuntu_24_04_has(tmp_path, caplog):
+    context = environment_dir(tmp_path, "FROM ubuntu:24.04\nUSER ubuntu\nRUN touch /home/ubuntu/owned\n")
+    with caplog.at_level(logging.WARNING):
+        tag = await fresh_resolver().ensure_built(context, "ubuntu-user", timeout_sec=300)
+    assert (await podman("run", "--rm", tag, "id")).check("run").text == "uid=1000(ubuntu) gid=1000(ubuntu) groups=1000(ubuntu)"
+    assert "'ubuntu:24.04' cannot be pulled: stood in by" in caplog.text and "`ubuntu` user (uid 1000)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("tag", "suite", "said"),
+    [
+        ("3.13-slim-bookworm", "trixie", "python3 3.13 with pip (no PEP 668 refusal), on Debian trixie rather than the tag's bookworm"),
+        ("3.11-slim", "bookworm", "Debian 12 (bookworm)'s python3 3.11"),
+        ("3.9.18-bullseye", "bullseye", "Debian 11 (bullseye)'s python3 3.9"),
+        ("3.12-slim", "trixie", "NOT the tag's Python 3.12: no Debian suite has it, 3.13 is the nearest"),
+        ("3.14", "trixie", "NOT the tag's Python 3.14"),
+        ("3-slim", "trixie", "python3 3.13"),
+    ],
+)
+def test_the_python_stand_in_is_built_on_the_debian_suite_whose_python_matches_the_tag(tag, suite, said):
+    stand_in = shipped_stand_in(f"docker.io/library/python:{tag}")
+    assert stand_in.build_args == {"SUITE": suite} and said in stand_in.what, stand_in.what
+
+
+@pytest.mark.slow
+async def test_a_debian_release_tag_is_bootstrapped_from_debians_mirror_on_first_use(tmp_path, caplog):
+    """debian:13-slim is trixie's minbase tree (shared with the python 3.13 stand-in: bootstrapped once per host)."""
+    alias = "prefect-harbor.local/library/debian:13-slim"
+    await podman("untag", alias, alias)  # this one name of ours alone (without the second, untag drops every name of the image)
+    context = environment_dir(tmp_path, "FROM debian:13-slim\nRUN grep -q '^13' /etc/debian_version\n")
+    try:
+        with caplog.at_level(logging.INFO):
+            await fresh_resolver().ensure_built(context, "debian-13", timeout_sec=1800)
+        assert f"bootstrapped {alias!r} from Debian's mirror (its current trixie)" in caplog.text
+    finally:
+        await podman("untag", alias, alias)
+
+
+async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
+    """podman 4.3 has no --pids-limit for builds: the build slot's cgroup holds its RUN steps to pids_limit,
+    and the host keeps its processes."""
+    fork_loop = (
+        "RUN perl -e 'my $n = 0; for (1 .. 400) { my $child = fork(); last unless defined $child; "
+        f'if ($child == 0) {{ sleep 5; exit 0 }} $n++ }} print "started $n\\n"; exit 1\'  # {uuid.uuid4().hex}\n'
+    )
+    context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\n{fork_loop}")
+    with pytest.raises(ImageBuildError) as failed:
+        await fresh_resolver(pids_limit=64).ensure_built(context, "forks", timeout_sec=300)
+    assert failed.value.log_path is not None
+    started = re.search(r"^started (\d+)$", failed.value.log_path.read_text(), re.MULTILINE)
+    assert started and int(started[1]) < 64, f"the loop ran unbounded: {started and started[0]}"

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harbor.models.task.config import NetworkMode
@@ -64,6 +65,8 @@ async def test_main_reaches_its_services_by_name_and_stop_removes_every_one(make
         inspected = (await podman("inspect", "--format", "{{.HostConfig.PidsLimit}} {{.HostConfig.Binds}} {{.HostConfig.SecurityOpt}}", services["api"])).text
         assert inspected.startswith("321 [] ") and "seccomp=" in inspected, inspected
         pod = env._pod.name
+        cgroup = (await podman("pod", "inspect", "--format", "{{.CgroupPath}}", pod)).text
+        assert Path(f"/sys/fs/cgroup/pids{cgroup}/pids.max").read_text().strip() == str(321 + 32), "the pod as a whole has no process limit"
     finally:
         await env.stop(delete=True)
     assert set(services) == {"api", "seed"}
@@ -174,3 +177,17 @@ async def test_the_watchdog_removes_the_pod_of_an_owner_killed_with_sigkill():
         await asyncio.sleep(0.2)
     podman_sync("pod", "rm", "-f", "-t", "0", name)
     pytest.fail(f"pod {name} outlived its owner by 60 s")
+
+
+async def test_a_compose_working_dir_the_image_lacks_is_made_at_start_in_main_and_in_a_service(make_environment):
+    compose = API_COMPOSE.replace("  main:\n", "  main:\n    working_dir: /srv/main-work\n").replace(
+        "    command: python3", "    working_dir: /srv/api-work\n    command: python3"
+    )
+    env = make_environment(files={**API_FILES, "docker-compose.yaml": compose})
+    await env.start(force_build=False)
+    try:
+        main_cwd = (await env.exec("pwd")).stdout.strip()
+        api_cwd = (await podman("exec", env.service_containers["api"], "pwd")).text
+    finally:
+        await env.stop(delete=True)
+    assert (main_cwd, api_cwd) == ("/srv/main-work", "/srv/api-work")

@@ -1,0 +1,184 @@
+"""The host's proxy settings as containers get them: never with the proxy's credentials.
+
+Trials and image builds reach the outside through the host's proxy when one is set
+(``HTTP_PROXY``, ``HTTPS_PROXY``, ...). A proxy URL can carry a password
+(``http://user:password@proxy:3128``); given as it is, the password would be in every
+container's environment (``/proc/1/environ``), so in what an agent or a ``RUN`` step prints,
+in archives and in build logs. So a proxy that needs credentials, or that listens on the
+host's loopback (out of a container's reach), is offered to containers through a relay on
+the bridge's gateway (:mod:`.network`): containers get ``http://<gateway>:<port>`` with no
+credentials, and the relay adds them to each request head on its way to the real proxy.
+Anything else (a proxy without credentials, elsewhere on the network) is passed as it is.
+A proxy the relay cannot speak for (a SOCKS proxy with a password) is not passed at all.
+
+:func:`proxy_secrets` gives the passwords to the run's redactor, in case one leaks anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import ssl
+from functools import cache
+from urllib.parse import unquote, urlsplit
+
+from prefect_harbor.sandbox.network import Forward, Relay, gateway_address, is_loopback, relay_for
+
+#: Proxy variables that Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
+#: The longest request head the relay reads before it gives up on a client.
+MAX_HEAD_BYTES = 64 * 1024
+logger = logging.getLogger(__name__)
+
+
+def host_proxy_settings() -> dict[str, str]:
+    """The host's proxy variables, as spelled in its environment (both spellings are honoured by tools)."""
+    return {name: os.environ[name] for variable in PROXY_VARIABLES for name in (variable, variable.lower()) if os.environ.get(name)}
+
+
+def container_proxy_variables() -> dict[str, str]:
+    """What containers (trials, their services, ``RUN`` steps) get of the host's proxy settings."""
+    settings = host_proxy_settings()
+    if not settings:
+        return {}
+    out: dict[str, str] = {}
+    for name, value in settings.items():
+        if name.upper() == "NO_PROXY":
+            continue
+        if (reachable := _reachable_proxy(value)) is not None:
+            out[name] = reachable
+    if any(value != settings[name] for name, value in out.items()):
+        # Through a relay, both spellings of each variable (apt and curl read only the lower-case
+        # one, as under Docker's proxy settings); the gateway is never proxied, nor the container's
+        # own loopback (which the proxy could not reach).
+        out |= {name.lower(): value for name, value in out.items()} | {name.upper(): value for name, value in out.items()}
+        exempt = [entry for name in ("NO_PROXY", "no_proxy") for entry in settings.get(name, "").split(",") if entry.strip()]
+        exempt += ["localhost", "127.0.0.1", "::1", gateway_address()]
+        out["NO_PROXY"] = out["no_proxy"] = ",".join(dict.fromkeys(entry.strip() for entry in exempt))
+    else:
+        out |= {name: value for name, value in settings.items() if name.upper() == "NO_PROXY"}
+    return out
+
+
+def proxy_secrets() -> list[str]:
+    """The passwords (and whole credentials) in the host's proxy URLs: what a run's redactor must scrub."""
+    found: list[str] = []
+    for name, value in host_proxy_settings().items():
+        if name.upper() == "NO_PROXY":
+            continue
+        parts = urlsplit(value)
+        if parts.password:
+            found += [parts.password, unquote(parts.password)]
+        if parts.username and parts.password:
+            found.append(f"{parts.username}:{parts.password}")
+    return found
+
+
+def _reachable_proxy(url: str) -> str | None:
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host = parts.hostname or ""
+    if not parts.password and not parts.username and not is_loopback(host):
+        return url
+    if parts.scheme not in ("http", "https"):
+        _warn_once(f"A {parts.scheme}:// proxy with credentials or on loopback is not passed to containers: only http(s) proxies can be relayed.")
+        return None
+    relay = _proxy_relay(parts.scheme, host, parts.port or (443 if parts.scheme == "https" else 80), unquote(parts.username or ""), unquote(parts.password or ""))
+    return f"http://{relay.address[0]}:{relay.address[1]}"
+
+
+@cache
+def _warn_once(message: str) -> None:
+    logger.warning(message)
+
+
+@cache
+def _proxy_relay(scheme: str, host: str, port: int, username: str, password: str) -> Relay:
+    handler = type(
+        "CredentialedForward", (AuthenticatingForward,),
+        {"authorization": _basic(username, password) if username or password else None, "tls": scheme == "https", "upstream_host": host},
+    )  # fmt: skip
+    return relay_for((host, port), handler)
+
+
+def _basic(username: str, password: str) -> bytes:
+    return b"Basic " + base64.b64encode(f"{username}:{password}".encode())
+
+
+class AuthenticatingForward(Forward):
+    """A container's proxy connection, forwarded to the real proxy with the credentials added.
+
+    Each request head gets the proxy's ``Proxy-Authorization`` (the client's own is dropped);
+    bodies pass as they are (by ``Content-Length``). After a ``CONNECT`` (HTTPS through the
+    proxy), or a chunked request body, the rest of the connection is copied as it is.
+    """
+
+    authorization: bytes | None = None
+    tls: bool = False
+    upstream_host: str = ""
+
+    def forward(self, client: socket.socket, upstream: socket.socket) -> None:
+        reader = client.makefile("rb")
+        try:
+            while head := _read_head(reader):
+                method, headers = _rewrite(head, self.authorization)
+                upstream.sendall(headers)
+                length = _content_length(head)
+                if method == b"CONNECT" or length is None:
+                    break
+                _copy_exactly(reader, upstream, length)
+            while data := reader.read1(65536):
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                upstream.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def open_upstream(self) -> socket.socket:
+        upstream = super().open_upstream()
+        return ssl.create_default_context().wrap_socket(upstream, server_hostname=self.upstream_host) if self.tls else upstream
+
+
+def _read_head(reader) -> bytes:
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = reader.readline(MAX_HEAD_BYTES)
+        if not line or len(head) + len(line) > MAX_HEAD_BYTES:
+            return b""
+        head += line
+        if head in (b"\r\n", b"\n"):  # stray blank lines between requests
+            head = b""
+    return head
+
+
+def _rewrite(head: bytes, authorization: bytes | None) -> tuple[bytes, bytes]:
+    lines = head.split(b"\r\n")
+    kept = [line for line in lines[1:] if line and not line.lower().startswith(b"proxy-authorization:")]
+    if authorization:
+        kept.append(b"Proxy-Authorization: " + authorization)
+    return lines[0].split(b" ", 1)[0].upper(), b"\r\n".join([lines[0], *kept, b"", b""])
+
+
+def _content_length(head: bytes) -> int | None:
+    """The body's length: 0 without one, None when it cannot be known (chunked)."""
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"transfer-encoding" and b"chunked" in value.lower():
+            return None
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            length = int(value.strip())
+    return length
+
+
+def _copy_exactly(reader, sink: socket.socket, length: int) -> None:
+    while length > 0:
+        data = reader.read1(min(length, 65536))
+        if not data:
+            raise OSError("the client closed the connection in a request body")
+        sink.sendall(data)
+        length -= len(data)
