@@ -19,6 +19,7 @@ from prefect.artifacts import (
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.storage.results import RunTally, SweepSummary
+from prefect_harbor.stats.render import comparison_markdown, statistics_markdown, summary_columns
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
@@ -104,6 +105,10 @@ def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
     ]
     if summary.local_fallback:
         lines += ["", f"**Storage was unavailable**: {len(summary.unsent_files)} file(s) kept locally in `{summary.local_fallback}`."]
+    if summary.statistics is not None:
+        lines += ["", statistics_markdown(summary.statistics)]
+    if summary.comparison is not None:
+        lines += ["", comparison_markdown(summary.comparison, "Compared with this deployment's previous sweep")]
     lines += ["", "## Failures", ""]
     if not tally.failure_counts:
         lines.append("None.")
@@ -124,10 +129,10 @@ async def publish(summary: SweepSummary, tally: RunTally) -> None:
         key=SUMMARY_KEY,
         table=[
             {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
-             "cancelled": summary.cancelled, "mean_reward": summary.mean_reward},
-            *[{"task": task, "rows": score.rows, "mean_reward": score.mean_reward} for task, score in summary.per_task.items()],
+             "cancelled": summary.cancelled, "mean_reward": summary.mean_reward, **summary_columns(summary.statistics)},
+            *[{"task": task, "rows": score.rows, "mean_reward": score.mean_reward, **summary_columns(summary.statistics, task)} for task, score in summary.per_task.items()],
         ],  # fmt: skip
-        description=f"Sweep {summary.run_id}: rows per status and mean reward, overall and per task.",
+        description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost), overall and per task.",
     )
     rows = sorted(tally.first_rows, key=lambda row: row["index"])
     await acreate_table_artifact(
@@ -135,7 +140,7 @@ async def publish(summary: SweepSummary, tally: RunTally) -> None:
         table=[{key: value for key, value in row.items() if key != "index"} for row in rows],
         description=f"Row by row: the first {len(rows)} of {summary.rows} rows to finish; every row is in {summary.results_uri}",
     )
-    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally), description="Failures and slowest rows")
+    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally), description="How sure, what changed, what it cost; failures and slowest rows")
     if summary.results_uri.startswith(("http://", "https://")):
         await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
     else:  # file:// and s3:// are not links a browser opens: say where the table is, to copy

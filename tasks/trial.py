@@ -26,23 +26,24 @@ from prefect.states import Cancelled, Completed, Failed, State
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.tasks.archive import Archiver
 from prefect_harbor.trial.row_trial import RunContext, run_row
 
-#: The next row a lane may run, ``(index, row)``, or None when the dataset is done or the sweep stops.
-Admit = Callable[[], "tuple[int, DatasetRow | RowProblem] | None"]
-#: Runs one admitted row to its result row (trial, verification, archive, bookkeeping).
-RunOne = Callable[[int, "DatasetRow | RowProblem"], Awaitable[RowResult]]
+#: The next attempt at a row a lane may run, or None when the dataset is done or the sweep stops.
+Admit = Callable[[], "RowAttempt | None"]
+#: Runs one admitted attempt to its result row (trial, verification, archive, bookkeeping).
+RunOne = Callable[["RowAttempt"], Awaitable[RowResult]]
 
 
 async def trial_and_archive(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None,
+    archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
 ) -> RowResult:  # fmt: skip
-    """Run the row's trial in its sandbox, score it and archive it; never retried (a retry is a new row)."""
-    result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading)
+    """Run the row's trial (attempt ``attempt``) in its sandbox, score it and archive it; never retried (a retry is a new row)."""
+    result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading, attempt)
     return await asyncio.to_thread(archiver, result, logger)
 
 
@@ -79,14 +80,14 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
     here rather than passed, so the UI lists only the rows' own inputs."""
 
     @task(name="trials", task_run_name="{label}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-    async def run_trials(label: str, first_index: int, first: DatasetRow | RowProblem, limit: int) -> State:
-        """Run ``first``, then further rows from ``admit``, one after another, up to ``limit`` rows.
+    async def run_trials(label: str, first_index: int, first: RowAttempt, limit: int) -> State:
+        """Run ``first``, then further attempts from ``admit``, one after another, up to ``limit`` of them.
 
-        Rows are pulled one at a time, so every lane stays busy until the dataset runs out.
+        Attempts are pulled one at a time, so every lane stays busy until the dataset runs out.
         """
-        results = [await run_one(first_index, first)]
+        results = [await run_one(first)]
         while len(results) < limit and (item := admit()) is not None:
-            results.append(await run_one(*item))
+            results.append(await run_one(item))
         if len(results) > 1:  # the state can only count them: each row gets its own line
             for result in results:
                 log_outcome(result, get_run_logger())
@@ -98,7 +99,7 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
 @task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
 async def run_trial(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver,
+    archiver: Archiver, attempt: int = 1,
 ) -> State:  # fmt: skip
-    """One row as its own task run, for a distributed task runner: its arguments travel to the worker."""
-    return outcome_state([await trial_and_archive(row, index, trial_name, backend, resolver, run, archiver, get_run_logger())])
+    """One attempt at a row as its own task run, for a distributed task runner: its arguments travel to the worker."""
+    return outcome_state([await trial_and_archive(row, index, trial_name, backend, resolver, run, archiver, get_run_logger(), attempt=attempt)])
