@@ -344,8 +344,8 @@ def print_summary(summary: SweepSummary) -> None:
         f"{rows}: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
         f"{summary.cancelled} cancelled; {mean}", highlight=False, soft_wrap=True,
     )  # fmt: skip
-    if summary.statistics is not None:
-        console.print(f"Cost: {tokens_text(summary.statistics.tokens)}", highlight=False, soft_wrap=True)
+    if summary.statistics is not None and tokens_text(summary.statistics.tokens) != "-":
+        console.print(f"Usage: {tokens_text(summary.statistics.tokens)}", highlight=False, soft_wrap=True)
         if summary.statistics.verifier_flagged:
             console.print(f"[yellow]{summary.statistics.verifier_flagged} attempt(s) had their verifier output flagged as tampered with[/]")
     if summary.comparison is not None:

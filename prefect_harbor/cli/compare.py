@@ -80,17 +80,26 @@ def print_comparison(comparison: Comparison, console: Console, rows_listed: int 
 
 
 def statistics_table(statistics: RunStatistics, title: str) -> Table:
-    """Per task and overall: rows, trials, mean reward with its 95% interval, pass@k, tokens and cost."""
-    ks = sorted({k for figures in (statistics, *statistics.per_task.values()) for k in figures.pass_at_k})
+    """Per task and overall: rows (and trials with several attempts), mean reward with its 95% interval,
+    pass@1 and pass@k at the top k (with several attempts; every k is in summary.json), tokens and cost when reported."""
+    several = statistics.attempts > 1
+    ks = sorted({1, statistics.attempts} & set(statistics.pass_at_k)) if several else []
+    usage = statistics.tokens.input_tokens is not None or statistics.tokens.cost_usd is not None
     table = Table(title=title, title_justify="left")
-    for name, justify in (("task", "left"), ("rows", "right"), ("trials", "right"), ("mean reward", "right"), ("95% CI", "right")):
-        table.add_column(name, justify=justify)
+    table.add_column("task", overflow="fold", min_width=min(40, max(len(name) for name in (*statistics.per_task, "(all)"))))
+    table.add_column("rows", justify="right")
+    if several:
+        table.add_column("trials", justify="right")
+    table.add_column("mean", justify="right")
+    table.add_column("95% CI", justify="right", no_wrap=True)
     for k in ks:
         table.add_column(f"pass@{k}", justify="right")
-    table.add_column("tokens, cost", justify="right")
+    if usage:
+        table.add_column("tokens, cost", justify="right", overflow="fold")
     for name, figures in (*statistics.per_task.items(), ("(all)", statistics)):
         estimate = figures.reward
         ci = "-" if estimate is None or estimate.ci95 is None else f"{number(estimate.ci95[0])} to {number(estimate.ci95[1])}"
-        passes = [number(figures.pass_at_k.get(k)) for k in ks]
-        table.add_row(escape(name), str(figures.rows), str(figures.trials), number(estimate.mean if estimate else None), ci, *passes, tokens_text(figures.tokens))
+        cells = [escape(name), str(figures.rows), *([str(figures.trials)] if several else []), number(estimate.mean if estimate else None), ci]
+        cells += [number(figures.pass_at_k.get(k)) for k in ks] + ([tokens_text(figures.tokens)] if usage else [])
+        table.add_row(*cells)
     return table
