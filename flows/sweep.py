@@ -35,7 +35,7 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.flows import statistics
+from prefect_harbor.flows import figures
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.trial.prewarm import PrewarmResult
@@ -108,7 +108,7 @@ async def evaluation_sweep(
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
-            await statistics.open_job(folder, config, selection.units, runtimes.redactor, logger)
+            await figures.open_job(folder, config, selection.units, runtimes.redactor, logger)
             run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
             plan = LanePlan.of(config, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
             archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
@@ -231,7 +231,7 @@ async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChanne
     state = "Cancelled" if stopped else "Completed"
     await channel.publish_final(state)
     await folder.finish(state, results_uri, recorder.tally.rows)
-    return await statistics.close(folder, table, config, recorder.summary(folder.run_id, results_uri), logger)
+    return await figures.close(folder, table, config, recorder.summary(folder.run_id, results_uri), logger)
 
 
 async def publish_summary(summary: SweepSummary, recorder: Recorder, scope: CancelScope, logger: Logger) -> State:

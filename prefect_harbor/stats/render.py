@@ -79,7 +79,8 @@ def statistics_markdown(statistics: RunStatistics) -> str:
         lines.append("pass@k: the unbiased estimator (Chen et al. 2021, Harbor's `compute_pass_at_k_by_evals`), a row being one problem; an attempt that finished without a reward counts as not passed, cancelled attempts count for neither.")
     else:
         lines.append(f"pass@k: not given ({statistics.pass_at_k_note}).")
-    lines += ["", f"What it cost: {tokens_text(statistics.tokens)} (input includes cached, as Harbor counts it)."]
+    usage = tokens_text(statistics.tokens)
+    lines += ["", "What it cost: no tokens or cost reported by the agent." if usage == "-" else f"What it cost: {usage} (input includes cached, as Harbor counts it)."]
     if statistics.verifier_flagged:
         lines += ["", f"**{statistics.verifier_flagged} attempt(s) had their verifier output flagged as tampered with** (the `verifier_tampering` column)."]
     return "\n".join(lines) + "\n"
