@@ -105,10 +105,28 @@ async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(
     manifest = json.loads(fs.cat_file(f"{run}/manifest.json"))
     assert manifest["state"] == "Completed" and manifest["dataset"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
     assert manifest["versions"]["harbor"].startswith("0.25")
-    assert fs.exists(f"{run}/archives/reward-txt-1/verifier/reward.txt")
-    assert json.loads(fs.cat_file(f"{run}/archives/broken-solution-1/diagnostics.json"))["status"] == "success"
+    table = {r["row_id"]: r for r in pq.read_table(summary.results_uri.removeprefix("s3://"), filesystem=fs).to_pylist()}
+    archive = {row_id: r["artifact_uri"].removeprefix("s3://") for row_id, r in table.items()}
+    assert archive["reward-txt-1"] == f"{run}/{table['reward-txt-1']['trial_name']}", "an attempt's archive is its trial's folder"
+    assert fs.exists(f"{archive['reward-txt-1']}/verifier/reward.txt")
+    assert json.loads(fs.cat_file(f"{archive['broken-solution-1']}/diagnostics.json"))["status"] == "success"
+    # The run's summary and its Harbor job files are in the bucket too.
+    assert json.loads(fs.cat_file(f"{run}/summary.json"))["statistics"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
+    assert json.loads(fs.cat_file(f"{run}/result.json"))["n_total_trials"] == len(EXPECTED_ORACLE_REWARDS)
+    assert json.loads(fs.cat_file(f"{run}/config.json"))["job_name"] == summary.run_id
     # Prefect's own task results went to the same storage.
     assert fs.find("sweeps/evals/prefect-results"), "task results were not persisted to the storage block"
+
+    # compare reads runs in object storage with the storage block's credentials, as status and cancel do.
+    from typer.testing import CliRunner
+
+    from prefect_harbor.cli.commands import app
+
+    folder = summary.results_uri.rsplit("/", 1)[0]
+    answer = await asyncio.to_thread(CliRunner().invoke, app, ["compare", folder, folder, "--storage-block", "seaweed", "--json"])
+    assert answer.exit_code == 0, answer.output
+    comparison = json.loads(answer.output)
+    assert comparison["paired_rows"] == len(EXPECTED_ORACLE_REWARDS) and comparison["changed"] == []
 
 
 def test_killing_the_flow_process_keeps_every_finished_row(tmp_path, prefect_server):
