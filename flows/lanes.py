@@ -104,8 +104,10 @@ class TrialRunner:
     async def __call__(self, unit: RowAttempt, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
         row, index, attempt = unit.row, unit.index, unit.attempt
         if not self.plan.distributed:
-            logger = get_run_logger()
-            return await trial_and_archive(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, logger, on_grading, attempt=attempt)
+            return await trial_and_archive(
+                row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading,
+                attempt=attempt, quiet_success=self.plan.rows_per_task_run > 1,
+            )  # fmt: skip
         # Not quoted: the annotation would reach the worker unresolved. Pickled once per attempt.
         future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, attempt)
         try:

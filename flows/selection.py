@@ -80,8 +80,12 @@ class Selection:
         return expand(self.rows(), self.attempts, self.rerun_attempts)
 
 
-def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[tuple[int, int], RowResult]]:
-    """Check that the run can be continued; keep its finished attempts (by ``(row_index, attempt)``), drop the rest.
+def prepare_resume(
+    store: RunStore, manifest: RunManifest, fingerprint: str
+) -> tuple[RunManifest, dict[tuple[int, int], RowResult], list[str]]:
+    """Check that the run can be continued; keep its finished attempts, drop the rest: the resumed
+    manifest, the kept attempts by ``(row_index, attempt)``, and the ids of the recorded rows that
+    will run again (cancelled attempts: their earlier task runs are superseded).
 
     A damaged manifest (cut short by a crash) cannot be compared with: the run carries on with
     this run's manifest, saying so, rather than losing the rows its parts hold."""
@@ -107,9 +111,11 @@ def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> 
         raise ConfigurationError(f"resume: the backend configuration changed since run {previous.run_id} ({', '.join(changed)}); use the same configuration or start a new sweep.")
     recorded = store.read_results()
     kept = {(r.row_index, r.attempt): r for r in recorded if r.status in ("success", "failure")}
-    store.restart_from(list(kept.values()), dropped=[r for r in recorded if (r.row_index, r.attempt) not in kept])
+    dropped = sorted((r for r in recorded if (r.row_index, r.attempt) not in kept), key=lambda r: (r.row_index, r.attempt))
+    superseded = list(dict.fromkeys(r.row_id for r in dropped))
+    store.restart_from(list(kept.values()), dropped=dropped)
     resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
-    return resumed, kept
+    return resumed, kept, superseded
 
 
 def _configured(configuration: dict[str, Any], key: str) -> Any:

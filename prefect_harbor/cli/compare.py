@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from prefect_harbor.stats.compare import Comparison, compare_tables, signed
-from prefect_harbor.stats.render import difference_text, number, outcome_text, tokens_text
+from prefect_harbor.outcome import figure
+from prefect_harbor.stats.render import difference_text, outcome_text, tokens_text
 from prefect_harbor.stats.summary import RunStatistics
 
 Run = Annotated[str, typer.Argument(help="A run folder, <results root>/<run_id> (a path or an fsspec URL such as s3://bucket/results/<run_id>).")]
@@ -68,7 +69,7 @@ def print_comparison(comparison: Comparison, console: Console, rows_listed: int 
     table = Table("task", "rows", "before", "after", "difference", "95% CI", title="Per task (candidate − baseline)", title_justify="left")
     for task, d in comparison.per_task.items():
         ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        table.add_row(escape(task), str(d.rows), number(d.baseline_mean), number(d.candidate_mean), signed(d.difference.mean) if d.difference else "-", ci)
+        table.add_row(escape(task), str(d.rows), figure(d.baseline_mean), figure(d.candidate_mean), signed(d.difference.mean) if d.difference else "-", ci)
     console.print(table)
     if comparison.changed and rows_listed:
         changed = Table("row", "task", "before", "after", title=f"Rows that changed outcome ({len(comparison.changed)})", title_justify="left")
@@ -98,8 +99,8 @@ def statistics_table(statistics: RunStatistics, title: str) -> Table:
         table.add_column("tokens, cost", justify="right", overflow="fold")
     for name, figures in (*statistics.per_task.items(), ("(all)", statistics)):
         estimate = figures.reward
-        ci = "-" if estimate is None or estimate.ci95 is None else f"{number(estimate.ci95[0])} to {number(estimate.ci95[1])}"
-        cells = [escape(name), str(figures.rows), *([str(figures.trials)] if several else []), number(estimate.mean if estimate else None), ci]
-        cells += [number(figures.pass_at_k.get(k)) for k in ks] + ([tokens_text(figures.tokens)] if usage else [])
+        ci = "-" if estimate is None or estimate.ci95 is None else f"{figure(estimate.ci95[0])} to {figure(estimate.ci95[1])}"
+        cells = [escape(name), str(figures.rows), *([str(figures.trials)] if several else []), figure(estimate.mean if estimate else None), ci]
+        cells += [figure(figures.pass_at_k.get(k)) for k in ks] + ([tokens_text(figures.tokens)] if usage else [])
         table.add_row(*cells)
     return table

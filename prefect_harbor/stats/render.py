@@ -6,17 +6,13 @@ table keep them in full.
 
 from __future__ import annotations
 
+from prefect_harbor.outcome import figure, rounded
 from prefect_harbor.stats.compare import Comparison, TaskDifference, signed
 from prefect_harbor.stats.estimators import Estimate
 from prefect_harbor.stats.summary import Figures, RunStatistics, Tokens
 
 #: The report lists at most this many rows that changed outcome (every one is in summary.json).
 CHANGES_LISTED = 50
-
-
-def number(value: float | None) -> str:
-    """Three significant digits; ``-`` for none."""
-    return "-" if value is None else f"{value:.3g}"
 
 
 def interval(estimate: Estimate | None) -> str:
@@ -26,7 +22,7 @@ def interval(estimate: Estimate | None) -> str:
     if estimate.ci95 is None:
         return "one row: no interval"
     low, high = estimate.ci95
-    return f"95% CI {number(low)} to {number(high)}"
+    return f"95% CI {figure(low)} to {figure(high)}"
 
 
 def pass_at_top(figures: Figures) -> str | None:
@@ -34,7 +30,7 @@ def pass_at_top(figures: Figures) -> str | None:
     if not figures.pass_at_k:
         return None
     k = max(figures.pass_at_k)
-    return f"pass@{k} {number(figures.pass_at_k[k])}"
+    return f"pass@{k} {figure(figures.pass_at_k[k])}"
 
 
 def headline_figures(statistics: RunStatistics | None) -> str:
@@ -61,7 +57,7 @@ def statistics_markdown(statistics: RunStatistics) -> str:
     ks = sorted({k2 for figures in (statistics, *statistics.per_task.values()) for k2 in figures.pass_at_k})
     lines = [
         "## How sure are we", "",
-        f"Mean reward {number(statistics.reward.mean if statistics.reward else None)} ({interval(statistics.reward)}) over "
+        f"Mean reward {figure(statistics.reward.mean if statistics.reward else None)} ({interval(statistics.reward)}) over "
         f"{statistics.scored} scored attempts of {statistics.rows} rows" + (f" × {k} attempts" if k > 1 else "") + ".",
         "",
         f"Interval: {statistics.reward.method if statistics.reward else '-'}; mean over attempts with a reward (failed attempts are counted, not scored).",
@@ -70,9 +66,9 @@ def statistics_markdown(statistics: RunStatistics) -> str:
         "|---|---|---|---|---|---|" + "---|" * len(ks) + "---|",
     ]  # fmt: skip
     for name, figures in (("(all)", statistics), *statistics.per_task.items()):
-        ci = "-" if figures.reward is None or figures.reward.ci95 is None else f"{number(figures.reward.ci95[0])} to {number(figures.reward.ci95[1])}"
-        passes = "".join(f" {number(figures.pass_at_k.get(n))} |" for n in ks)
-        mean = number(figures.reward.mean if figures.reward else None)
+        ci = "-" if figures.reward is None or figures.reward.ci95 is None else f"{figure(figures.reward.ci95[0])} to {figure(figures.reward.ci95[1])}"
+        passes = "".join(f" {figure(figures.pass_at_k.get(n))} |" for n in ks)
+        mean = figure(figures.reward.mean if figures.reward else None)
         lines.append(f"| {name} | {figures.rows} | {figures.trials} | {figures.scored} | {mean} | {ci} |{passes} {tokens_text(figures.tokens)} |")
     lines.append("")
     if statistics.pass_at_k:
@@ -97,7 +93,7 @@ def comparison_markdown(comparison: Comparison, title: str = "What changed") -> 
     ]  # fmt: skip
     for task, d in comparison.per_task.items():
         ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        lines.append(f"| {task} | {d.rows} | {number(d.baseline_mean)} | {number(d.candidate_mean)} | {signed(d.difference.mean) if d.difference else '-'} | {ci} |")
+        lines.append(f"| {task} | {d.rows} | {figure(d.baseline_mean)} | {figure(d.candidate_mean)} | {signed(d.difference.mean) if d.difference else '-'} | {ci} |")
     if comparison.changed:
         lines += ["", f"Rows that changed outcome ({len(comparison.changed)}):", "", "| row | task | before | after |", "|---|---|---|---|"]
         for change in comparison.changed[:CHANGES_LISTED]:
@@ -120,11 +116,11 @@ def outcome_text(outcome) -> str:
     """``0.5 (1 failure, 1 success)``, or ``absent``."""
     if outcome is None:
         return "absent"
-    return f"{number(outcome.mean)} ({outcome.ended})"
+    return f"{figure(outcome.mean)} ({outcome.ended})"
 
 
 def summary_columns(statistics: RunStatistics | None, task: str | None = None) -> dict[str, float | int | None]:
-    """The summary table artifact's columns for the run (or one task): interval, pass@k at the top k, tokens and cost."""
+    """The summary table artifact's columns for the run (or one task): interval, pass@k at the top k, tokens and cost (figures rounded as the table's others)."""
     if statistics is None:
         return {}
     figures = statistics if task is None else statistics.per_task.get(task)
@@ -134,6 +130,6 @@ def summary_columns(statistics: RunStatistics | None, task: str | None = None) -
     k = statistics.attempts
     tokens = figures.tokens
     return {
-        "ci95_low": low, "ci95_high": high, f"pass@{k}": figures.pass_at_k.get(k),
-        "input_tokens": tokens.input_tokens, "cached_tokens": tokens.cached_tokens, "output_tokens": tokens.output_tokens, "cost_usd": tokens.cost_usd,
+        "ci95_low": rounded(low), "ci95_high": rounded(high), f"pass@{k}": rounded(figures.pass_at_k.get(k)),
+        "input_tokens": tokens.input_tokens, "cached_tokens": tokens.cached_tokens, "output_tokens": tokens.output_tokens, "cost_usd": rounded(tokens.cost_usd),
     }  # fmt: skip

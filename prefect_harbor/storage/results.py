@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
+from prefect_harbor.outcome import Counts, figure, table_row
 from prefect_harbor.stats.compare import Comparison
 from prefect_harbor.stats.render import headline_figures
 from prefect_harbor.stats.summary import RunStatistics
@@ -123,6 +124,7 @@ class SweepSummary(BaseModel):
     failure: int
     cancelled: int
     mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
+    rewarded: int = Field(default=0, description="Rows scored above zero.")
     per_task: dict[str, TaskScore]
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
@@ -135,9 +137,13 @@ class SweepSummary(BaseModel):
         dataset_rows = self.statistics.rows if self.statistics is not None else self.rows // self.attempts
         rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.rows} trials ({dataset_rows} rows × {self.attempts} attempts)"
         counts = f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
-        mean = "no row was scored" if self.mean_reward is None else f"mean reward {self.mean_reward:.3g}{headline_figures(self.statistics)}"
+        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}{headline_figures(self.statistics)}"
         compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
         return f"{counts}; {mean}{compared} — results at {self.results_uri}"
+
+    def counts(self) -> Counts:
+        """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""
+        return Counts(rows=self.rows, rewarded=self.rewarded, failed=self.failure, cancelled=self.cancelled, mean_reward=self.mean_reward)
 
 
 class _Mean:
@@ -167,6 +173,8 @@ class RunTally:
 
     def __init__(self, failures_kept: int = 20, slowest: int = 5, rows_kept: int = 1000):
         self.statuses: Counter[str] = Counter()
+        #: Rows scored above zero.
+        self.rewarded = 0
         self.overall = _Mean()
         self.per_task: dict[str, _Mean] = defaultdict(_Mean)
         self.failures_kept = failures_kept
@@ -184,11 +192,9 @@ class RunTally:
 
     def add(self, result: RowResult) -> None:
         self.statuses[result.status] += 1
+        self.rewarded += int(result.reward is not None and result.reward > 0)
         if len(self.first_rows) < self.rows_kept:
-            self.first_rows.append(
-                {"row": result.row_id, "task": result.task, "status": result.status, "reward": result.reward,
-                 "category": result.err_category, "message": (result.err_message or "")[:200] or None, "index": result.row_index}
-            )  # fmt: skip
+            self.first_rows.append(table_row(result) | {"index": result.row_index})
         self.overall.add(result.reward)
         self.per_task[result.task or "(none)"].add(result.reward)
         if result.status == "failure":
@@ -216,6 +222,7 @@ class RunTally:
             failure=self.statuses["failure"],
             cancelled=self.statuses["cancelled"],
             mean_reward=self.overall.mean,
+            rewarded=self.rewarded,
             per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
             **extra,
         )
