@@ -195,6 +195,14 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
     assert not any("Traceback" in message for message in logs), logs
 
 
+async def test_a_bad_attempts_count_is_refused_before_any_trial(tmp_path):
+    from prefect_harbor.config import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="attempts: 0 is not an attempt count; give 1 or more"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), attempts=0)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
+
+
 async def test_trials_at_once_that_the_hosts_process_budget_cannot_hold_are_refused_before_any_trial(tmp_path):
     from prefect_harbor.config import ConfigurationError
     from prefect_harbor.sandbox.limits import process_budget
