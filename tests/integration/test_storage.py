@@ -263,3 +263,25 @@ def test_stale_runs_are_found_on_s3(moto_bucket, tmp_path):
         store.write_manifest(RunManifest(run_id=name, state="Running", started_at=datetime.now(UTC), dataset={}, configuration={}, versions={}))
     (stale,) = find_stale_runs(f"{url}/evals", options)
     assert stale.store.run_id == "dead" and "from process" in stale.reason and "on another-machine" in stale.reason
+
+
+def test_compare_reads_two_runs_in_object_storage_by_url(moto_bucket, tmp_path, monkeypatch):
+    """``compare s3://… s3://…`` with the environment's AWS settings, as a CI job would give them."""
+    from typer.testing import CliRunner
+
+    from prefect_harbor.cli.commands import app
+
+    url, options = moto_bucket
+    for run_id, rewards in (("before", (1.0, 1.0)), ("after", (1.0, 0.0))):
+        store = RunStore(url, run_id, fallback_dir=tmp_path / run_id, storage_options=options)
+        store.write_rows([row(index).model_copy(update={"reward": reward}) for index, reward in enumerate(rewards)])
+        store.finalize()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
+    s3fs.S3FileSystem.clear_instance_cache()
+    answer = CliRunner().invoke(app, ["compare", f"{url}/before", f"{url}/after", "--json"])
+    assert answer.exit_code == 0, answer.output
+    comparison = json.loads(answer.output)
+    assert comparison["paired_rows"] == 2 and [change["row_id"] for change in comparison["changed"]] == ["r1"]
+    assert comparison["difference"]["difference"]["mean"] == -0.5
