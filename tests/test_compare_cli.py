@@ -51,3 +51,36 @@ def test_fail_if_worse_on_runs_with_no_row_scored_in_both_says_so(tmp_path):
     assert compare(str(before), str(after)).exit_code == 0, "without --fail-if-worse, any result exits 0"
     answer = compare(str(before), str(after), "--fail-if-worse", "0")
     assert answer.exit_code != 0 and "no row was scored in both runs" in answer.output
+
+
+def test_the_sweeps_table_prints_the_interval_pass_at_k_and_tokens_per_task_and_overall():
+    from rich.console import Console
+
+    from prefect_harbor.cli.compare import statistics_table
+    from prefect_harbor.outcome import figure
+    from prefect_harbor.stats.summary import summarize
+
+    rewards = {"p": (1.0, 1.0, 1.0), "z": (0.0, 0.0, 0.0), "f": (1.0, 0.0, 1.0)}
+    records = [
+        {"row_id": row, "attempt": n + 1, "task": "zeros" if row == "z" else "ones", "status": "success", "reward": reward,
+         "input_tokens": 100, "cached_tokens": 10, "output_tokens": 5, "cost_usd": 0.001}
+        for row, values in rewards.items() for n, reward in enumerate(values)
+    ]  # fmt: skip
+    statistics = summarize(records)
+    console = Console(width=200, record=True)
+    console.print(statistics_table(statistics, "Figures"))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "95% CI" in line)
+    assert [word for word in ("trials", "pass@1", "pass@3", "tokens, cost") if word in header] == ["trials", "pass@1", "pass@3", "tokens, cost"]
+    cells = {cells[0]: cells[1:] for line in lines if "│" in line for cells in [[cell.strip() for cell in line.strip("│").split("│")]]}
+    low, high = statistics.reward.ci95
+    assert cells["(all)"] == [
+        "3", "9", figure(5 / 9), f"{figure(low)} to {figure(high)}", figure(statistics.pass_at_k[1]), figure(2 / 3),
+        "900 input (90 cached), 45 output tokens; $0.009",
+    ]  # fmt: skip
+    assert cells["ones"][:2] == ["2", "6"] and cells["ones"][4:6] == [figure(5 / 6), "1"], "per task: rows, trials, pass@1, pass@3"
+
+    single = Console(width=200, record=True)
+    single.print(statistics_table(summarize([{**r, "attempt": 1} for r in records if r["attempt"] == 1]), "One attempt"))
+    header = next(line for line in single.export_text().splitlines() if "95% CI" in line)
+    assert "pass@" not in header and "trials" not in header, "one attempt per row: no pass@k or trials columns"
