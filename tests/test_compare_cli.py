@@ -84,3 +84,17 @@ def test_the_sweeps_table_prints_the_interval_pass_at_k_and_tokens_per_task_and_
     single.print(statistics_table(summarize([{**r, "attempt": 1} for r in records if r["attempt"] == 1]), "One attempt"))
     header = next(line for line in single.export_text().splitlines() if "95% CI" in line)
     assert "pass@" not in header and "trials" not in header, "one attempt per row: no pass@k or trials columns"
+
+
+def test_the_sweeps_summary_names_flagged_verifier_output_even_without_token_usage(capsys):
+    from prefect_harbor.cli.commands import print_summary
+    from prefect_harbor.storage.results import SweepSummary, TaskScore
+    from prefect_harbor.stats.summary import summarize
+
+    statistics = summarize([{"row_id": "a", "task": "t", "status": "success", "reward": 1.0, "verifier_tampering": "reward.txt rewritten"}])
+    summary = SweepSummary(
+        run_id="r", results_uri="file:///r/results.parquet", rows=1, success=1, failure=0, cancelled=0, mean_reward=1.0,
+        per_task={"t": TaskScore(rows=1, mean_reward=1.0)}, statistics=statistics,
+    )  # fmt: skip
+    print_summary(summary)
+    assert "1 attempt(s) had their verifier output flagged as tampered with" in capsys.readouterr().out

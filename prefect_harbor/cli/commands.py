@@ -346,8 +346,8 @@ def print_summary(summary: SweepSummary) -> None:
     )  # fmt: skip
     if summary.statistics is not None and tokens_text(summary.statistics.tokens) != "-":
         console.print(f"Usage: {tokens_text(summary.statistics.tokens)}", highlight=False, soft_wrap=True)
-        if summary.statistics.verifier_flagged:
-            console.print(f"[yellow]{summary.statistics.verifier_flagged} attempt(s) had their verifier output flagged as tampered with[/]")
+    if summary.statistics is not None and summary.statistics.verifier_flagged:
+        console.print(f"[yellow]{summary.statistics.verifier_flagged} attempt(s) had their verifier output flagged as tampered with[/]")
     if summary.comparison is not None:
         print_comparison(summary.comparison, console, rows_listed=10)
     console.print(f"Results: {summary.results_uri}", soft_wrap=True)
