@@ -1,4 +1,4 @@
-"""The results table: one row per dataset row, with a stable Parquet schema.
+"""The results table: one row per dataset row and attempt, with a stable Parquet schema.
 
 Where the table is written (incrementally, then compacted) is ``storage.RunStore``'s job.
 """
@@ -15,6 +15,9 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from prefect_harbor.outcome import Counts, figure, table_row
+from prefect_harbor.stats.compare import Comparison
+from prefect_harbor.stats.render import headline_figures
+from prefect_harbor.stats.summary import RunStatistics
 
 RowStatus = Literal["success", "failure", "cancelled"]
 #: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
@@ -23,10 +26,11 @@ ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_
 
 
 class RowResult(BaseModel):
-    """The outcome of one dataset row (one execution, at most one scalar reward)."""
+    """The outcome of one attempt at a dataset row (one execution, at most one scalar reward)."""
 
     row_index: int
     row_id: str
+    attempt: int = Field(default=1, description="Which of the row's attempts this is, from 1 (the backend's attempts).")
     task: str | None = None
     agent: str | None = None
     model: str | None = None
@@ -64,6 +68,7 @@ RESULTS_SCHEMA = pa.schema(
     [
         ("row_index", pa.int64()),
         ("row_id", pa.string()),
+        ("attempt", pa.int64()),
         ("task", pa.string()),
         ("agent", pa.string()),
         ("model", pa.string()),
@@ -123,12 +128,18 @@ class SweepSummary(BaseModel):
     per_task: dict[str, TaskScore]
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
+    attempts: int = Field(default=1, description="Attempts per row; rows, success, failure and cancelled count attempts.")
+    statistics: RunStatistics | None = Field(default=None, description="Intervals, pass@k, tokens and cost, overall and per task (summary.json).")
+    comparison: Comparison | None = Field(default=None, description="Against the previous completed sweep of the same deployment and dataset.")
 
     def headline(self) -> str:
         """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
-        counts = f"{self.rows} rows: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
-        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}"
-        return f"{counts}; {mean} — results at {self.results_uri}"
+        dataset_rows = self.statistics.rows if self.statistics is not None else self.rows // self.attempts
+        rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.rows} trials ({dataset_rows} rows × {self.attempts} attempts)"
+        counts = f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
+        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}{headline_figures(self.statistics)}"
+        compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
+        return f"{counts}; {mean}{compared} — results at {self.results_uri}"
 
     def counts(self) -> Counts:
         """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""
