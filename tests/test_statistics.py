@@ -184,3 +184,10 @@ def test_a_comparison_pairs_rows_and_names_what_changed():
     assert [c.row_id for c in comparison.changed] == ["a-1", "b-2", "c-1", "gone-1", "new-1"]
     assert comparison.newly_failing() == ["c-1"]
     assert comparison.phrase() == "1 task worse than run A: a −0.5; 1 row newly failing"
+
+
+def test_a_row_run_more_times_with_the_same_outcome_has_not_changed():
+    once = [{"row_id": "a-1", "task": "a", "attempt": 1, "status": "success", "reward": 1.0}, {"row_id": "b-1", "task": "b", "attempt": 1, "status": "success", "reward": 1.0}]
+    thrice = [{"row_id": "a-1", "task": "a", "attempt": k, "status": "success", "reward": 1.0} for k in (1, 2, 3)]
+    thrice += [{"row_id": "b-1", "task": "b", "attempt": k, "status": status, "reward": 1.0 if status == "success" else None} for k, status in ((1, "success"), (2, "failure"), (3, "success"))]
+    assert [c.row_id for c in compare(once, thrice, "A", "B").changed] == ["b-1"]

@@ -4,8 +4,9 @@ Rows are paired by id. A row's figure in a run is its mean reward over its score
 (as the run's own mean counts them); the difference is ``candidate − baseline`` for every row
 scored in both, and its 95% interval is the paired t interval over those rows (each row one
 observation: its attempts are already averaged). A row *changed outcome* when its figure moved
-or its attempts ended differently (a success that became a failure has no figure in one run,
-and is listed all the same).
+or its attempts ended differently: another share of successes, failures and cancels (a success
+that became a failure has no figure in one run, and is listed all the same; three successes
+where there was one are the same outcome, so runs of different attempts compare).
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ class RowOutcome(BaseModel):
     task: str = NO_TASK
     mean: float | None = None
     ended: str = ""
+    shares: dict[str, float] = Field(default_factory=dict, exclude=True)
+
+    def ended_like(self, other: RowOutcome) -> bool:
+        """Whether the two ended in the same shares (``1 success`` as ``3 success``)."""
+        keys = self.shares.keys() | other.shares.keys()
+        return all(abs(self.shares.get(k, 0.0) - other.shares.get(k, 0.0)) <= EPSILON for k in keys)
 
 
 class RowChange(BaseModel):
@@ -106,7 +113,7 @@ def compare(baseline: Iterable[Mapping[str, Any]], candidate: Iterable[Mapping[s
         delta = None if a.mean is None or b.mean is None else b.mean - a.mean
         if delta is not None:
             by_task[task].append((a.mean, b.mean))
-        if (delta is not None and abs(delta) > EPSILON) or (a.mean is None) != (b.mean is None) or a.ended != b.ended:
+        if (delta is not None and abs(delta) > EPSILON) or (a.mean is None) != (b.mean is None) or not a.ended_like(b):
             changed.append(RowChange(row_id=row_id, task=task, baseline=a, candidate=b, difference=delta))
     changed += [RowChange(row_id=i, task=before[i].task, baseline=before[i], candidate=None) for i in before if i not in after]
     changed += [RowChange(row_id=i, task=after[i].task, baseline=None, candidate=after[i]) for i in after if i not in before]
@@ -153,6 +160,7 @@ def _rows(records: Iterable[Mapping[str, Any]]) -> dict[str, RowOutcome]:
         row_id: RowOutcome(
             task=tasks.get(row_id, NO_TASK), mean=math.fsum(rewards[row_id]) / len(rewards[row_id]) if rewards[row_id] else None,
             ended=", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
+            shares={status: n / counts.total() for status, n in counts.items()},
         )  # fmt: skip
         for row_id, counts in ended.items()
     }
