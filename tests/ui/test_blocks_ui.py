@@ -33,7 +33,7 @@ def registered(ui_server):
 def test_each_block_has_a_usable_form(registered, browser, screenshots, slug, labels):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{registered}/blocks/catalog/{slug}/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
     page.screenshot(path=screenshots / f"block-form-{slug}.png", full_page=True)
     for label in labels:
         heading = re.compile(rf"^{re.escape(label)}( \(Optional\))?$")
@@ -59,7 +59,7 @@ def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(regis
     """A typo such as 'orcale' cannot be saved: Agent is a list (the 3.9 form checks no text pattern)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
     options = open_list(page, "Agent")
     assert sorted(text.strip() for text in options.all_inner_texts()) == ["None", "mini-swe-agent", "oracle", "terminus-2"]
     page.locator(".p-combobox__text-input input").last.fill("orcale")
@@ -72,7 +72,7 @@ def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(regis
 def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, screenshots):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
     # The form's text fields carry no labels a locator can use; they come in schema order:
     # block name, tasks_dir, ... (Task Mode and Agent are lists).
     fields = page.locator("input, textarea")
@@ -103,7 +103,7 @@ BAD_BLOCKS = {
 
 def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None, workflow_agent: str | None) -> None:
     page.goto(f"{base}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
     fields = page.locator("input, textarea")  # in schema order: name, Tasks Directory, Workflow Agent (Task Mode and Agent are lists)
     fields.nth(0).fill(name)
     fields.nth(1).fill(str(tasks_dir))

@@ -131,7 +131,10 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
 
     page.goto(f"{ui_server}/runs/flow-run/{flow_run['id']}", wait_until="networkidle")
     page.get_by_text("Artifacts", exact=True).first.click()
-    page.get_by_text("evaluation-sweep-rows").first.click()
+    page.get_by_text("evaluation-sweep-rows").first.wait_for(timeout=30_000)
+    # The tab lists each version the sweep published; the final one is the newest.
+    final, *_ = artifacts_of(ui_server, flow_run["id"], "evaluation-sweep-rows")
+    page.goto(f"{ui_server}/artifacts/artifact/{final['id']}", wait_until="networkidle")
     page.get_by_text("missing-1").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "mixed-run-row-table.png", full_page=True)
     table = page.locator("table").first.inner_text()
