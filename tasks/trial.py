@@ -50,6 +50,8 @@ def describe(result: RowResult) -> str:
     """A row's outcome in one line: ``reward 0.75``, or its category and message; then its archive."""
     reward = "no reward" if result.reward is None else f"reward {result.reward:g}"
     line = reward if result.status == "success" else f"{result.err_category or result.status}: {result.err_message}"
+    if result.verifier_tampering and result.err_category != "verifier_tampering" and "verifier tampering: " not in (result.err_message or ""):
+        line += "; verifier tampering: " + "; ".join(result.verifier_tampering)
     if result.status != "success" or result.archive_error:
         line += f"; archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
     return line
@@ -58,7 +60,7 @@ def describe(result: RowResult) -> str:
 def log_outcome(result: RowResult, logger: logging.Logger | logging.LoggerAdapter) -> None:
     """A row's line where no task run state of its own says it: INFO unless it succeeded."""
     line = f"Row {result.row_id} ({result.task or 'no task'}): {result.status}; {describe(result)}"
-    (logger.debug if result.status == "success" else logger.info)(line)
+    (logger.debug if result.status == "success" and not result.verifier_tampering else logger.info)(line)
 
 
 def outcome_state(results: list[RowResult]) -> State:

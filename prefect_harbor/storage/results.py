@@ -9,19 +9,30 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from datetime import datetime
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from prefect_harbor.bounds import bounded
 
 RowStatus = Literal["success", "failure", "cancelled"]
 #: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
-#: contract does not allow (so the row is not a scored 0, and the agent is not blamed).
-ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_error"]
+#: contract does not allow (so the row is not a scored 0, and the agent is not blamed); and
+#: ``verifier_tampering``: evidence that the agent tampered with its verifier, with the
+#: backend's ``on_tampering = "fail"``.
+ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_error", "verifier_tampering"]
+
+
+#: The row's messages: repeated in logs, states and archives, so bounded (:func:`~prefect_harbor.bounds.bounded`).
+_BOUNDED = frozenset({"err_message", "archive_error"})
 
 
 class RowResult(BaseModel):
     """The outcome of one dataset row (one execution, at most one scalar reward)."""
+
+    model_config = ConfigDict(validate_assignment=True)
 
     row_index: int
     row_id: str
@@ -49,8 +60,24 @@ class RowResult(BaseModel):
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
     artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")
     archive_error: str | None = Field(default=None, description="Why the row's archive is missing or incomplete; the outcome stands.")
+    verifier_tampering: list[str] | None = Field(
+        default=None, description="Evidence that the agent tampered with its verifier, a short line each; empty when checked and clean, null when not checked."
+    )
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+    @field_validator(*_BOUNDED)
+    @classmethod
+    def _bounded(cls, text: str | None) -> str | None:
+        """At most a few KiB (its end, saying how much was cut): the results, logs and states repeat it."""
+        return bounded(text)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> RowResult:
+        """Pydantic's copy, with the updated messages bounded as construction bounds them."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _BOUNDED.intersection(update or ()):
+            object.__setattr__(copy, name, bounded(getattr(copy, name)))
+        return copy
 
     def __repr__(self) -> str:
         """Short: Prefect prints a task run's result in its final-state log line."""
@@ -86,6 +113,7 @@ RESULTS_SCHEMA = pa.schema(
         ("trial_dir", pa.string()),
         ("artifact_uri", pa.string()),
         ("archive_error", pa.string()),
+        ("verifier_tampering", pa.list_(pa.string())),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
     ]
@@ -118,6 +146,7 @@ class SweepSummary(BaseModel):
     cancelled: int
     mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
     per_task: dict[str, TaskScore]
+    verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
 
@@ -125,7 +154,8 @@ class SweepSummary(BaseModel):
         """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
         counts = f"{self.rows} rows: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
         mean = "no row was scored" if self.mean_reward is None else f"mean reward {self.mean_reward:.3g}"
-        return f"{counts}; {mean} — results at {self.results_uri}"
+        tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
+        return f"{counts}; {mean}{tampering} — results at {self.results_uri}"
 
 
 class _Mean:
@@ -155,6 +185,8 @@ class RunTally:
 
     def __init__(self, failures_kept: int = 20, slowest: int = 5, rows_kept: int = 1000):
         self.statuses: Counter[str] = Counter()
+        #: Rows with evidence of verifier tampering.
+        self.tampered = 0
         self.overall = _Mean()
         self.per_task: dict[str, _Mean] = defaultdict(_Mean)
         self.failures_kept = failures_kept
@@ -172,6 +204,7 @@ class RunTally:
 
     def add(self, result: RowResult) -> None:
         self.statuses[result.status] += 1
+        self.tampered += bool(result.verifier_tampering)
         if len(self.first_rows) < self.rows_kept:
             self.first_rows.append(
                 {"row": result.row_id, "task": result.task, "status": result.status, "reward": result.reward,
@@ -204,6 +237,7 @@ class RunTally:
             failure=self.statuses["failure"],
             cancelled=self.statuses["cancelled"],
             mean_reward=self.overall.mean,
+            verifier_tampering=self.tampered,
             per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
             **extra,
         )
