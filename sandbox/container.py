@@ -435,7 +435,7 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--user", str(user)]
         if workdir:
             args += ["--workdir", workdir]
-        clock = self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
+        clock = await self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
         with _env_file(variables) as env_args:
             process = await start_engine_process(
                 [podman_path(), *args, *env_args, container, *argv],

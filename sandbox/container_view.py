@@ -25,9 +25,8 @@ from pathlib import Path, PurePosixPath
 from prefect_harbor.sandbox.engine import engine_env, podman, podman_path
 from prefect_harbor.sandbox.spawn import start_engine_process
 
-#: How much of a process's command line and environment is read.
+#: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
-_ENVIRON_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -101,11 +100,6 @@ def process(pid: int) -> Process:
     inner = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
     command = _read(f"/proc/{pid}/cmdline", _COMMAND_BYTES).replace(b"\0", b" ").decode(errors="replace").strip()
     return Process(pid=pid, inner_pid=int(inner), started=started, command=command or "[" + stat_line.split("(", 1)[-1].split(")")[0] + "]")
-
-
-def environ(pid: int) -> bytes:
-    """The process's environment as the kernel keeps it (NUL-separated), its first 256 KiB."""
-    return _read(f"/proc/{pid}/environ", _ENVIRON_BYTES)
 
 
 def _read(path: str, limit: int) -> bytes:

@@ -11,8 +11,8 @@ points where Harbor's verifier tells the environment what it is doing:
    left running (recorded, not a finding by itself); reward files still in ``/logs/verifier``
    (Harbor's ``rm`` did not remove them); programs, libraries and loader settings the agent
    changed (:mod:`.program_changes`);
-2. **the exec of ``test.sh``**: the moment its process exits, to the millisecond (a thread
-   finds the exec's process by its marker and waits on its pidfd, :class:`ExitClock`);
+2. **the exec of ``test.sh``**: the moment its process exits, to the millisecond (a helper
+   process finds the exec's process by its marker and waits on its pidfd, :mod:`.exit_clock`);
 3. **the copy of ``/logs/verifier`` out**: a reward file whose inode changed (its ctime,
    which no process can set back) after ``test.sh`` exited; and, when processes other than
    the container's own are still alive, any change to a reward file during the next
@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
-import threading
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,8 +38,10 @@ from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
 
-from prefect_harbor.sandbox.container_view import ContainerRoot, Process, environ, lstat_inside, pids_in_namespace, process, processes
+from prefect_harbor.sandbox import exit_clock
+from prefect_harbor.sandbox.container_view import ContainerRoot, Process, lstat_inside, processes
 from prefect_harbor.sandbox.program_changes import program_changes
+from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 from prefect_harbor.sandbox.trial_report import TrialReport
 
 VERIFIER_DIR = PurePosixPath("/logs/verifier")
@@ -53,75 +55,42 @@ _NAMED_PROCESSES = 20
 
 
 class ExitClock:
-    """When one exec's first process exits, by its pidfd (``podman exec`` itself returns tens of
-    milliseconds later, time in which a process left running could rewrite a reward unseen)."""
+    """When one exec's first process exits: :mod:`.exit_clock`, in a process of its own, started
+    (and watching) before the exec starts."""
 
-    def __init__(self, init_pid: int, marker: str):
-        """``marker``: the ``NAME=value`` variable only this exec's processes carry."""
-        self._needle = f"\0{marker}\0".encode()
-        self._init_pid = init_pid
-        self._found = threading.Event()
-        self._done = threading.Event()
-        self.exited_ns: int | None = None
-        self._thread = threading.Thread(target=self._run, name="exec-exit-clock", daemon=True)
-        self._thread.start()
+    def __init__(self, helper: EngineProcess):
+        self._helper = helper
 
-    def _find(self) -> Process | None:
-        """The exec's first process: the oldest carrying its marker (new processes are read once,
-        except runc's own, which becomes the exec's process when it execs)."""
-        seen: set[int] = set()
-        while not self._done.is_set():
-            marked = []
-            for pid in pids_in_namespace(self._init_pid):
-                if pid in seen:
-                    continue
-                try:
-                    if self._needle in b"\0" + environ(pid) + b"\0":
-                        marked.append(process(pid))
-                    elif not _read_comm(pid).startswith("runc"):
-                        seen.add(pid)
-                except (OSError, ValueError, StopIteration):
-                    continue
-            if marked:
-                return min(marked, key=lambda p: p.started)
-            self._done.wait(0.003)
-        return None
-
-    def _run(self) -> None:
-        found = self._find()
-        if found is None:
-            return
+    @classmethod
+    async def start(cls, init_pid: int, marker: str) -> ExitClock | None:
+        """A clock for the exec about to run with ``marker`` (its ``NAME=value`` variable); None if it cannot watch."""
+        helper = await start_engine_process(
+            [sys.executable, "-I", "-S", exit_clock.__file__, str(init_pid), marker],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
+        )  # fmt: skip
+        clock = cls(helper)
         try:
-            pidfd = os.pidfd_open(found.pid)
-        except OSError:
-            return
-        try:
-            if process(found.pid).identity != found.identity:
-                return  # it exited, and its pid was reused, before the pidfd was opened
-            self._found.set()
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            while not poller.poll(200):
-                if self._done.is_set():
-                    return
-            self.exited_ns = time.time_ns()
-        except (OSError, ValueError, StopIteration):
-            return
-        finally:
-            os.close(pidfd)
+            ready = await asyncio.wait_for(helper.stdout.readline(), 5)
+        except TimeoutError:
+            ready = b""
+        if ready.strip() != b"ready":
+            await clock._end()
+            return None
+        return clock
 
     async def stop(self) -> int | None:
-        """The exit time, once the exec has returned (None when its process was never seen)."""
-        if self._found.is_set():  # it has exited: its pidfd is readable, or about to be
-            await asyncio.to_thread(self._thread.join, 1.0)
-        self._done.set()
-        await asyncio.to_thread(self._thread.join, 2.0)
-        return self.exited_ns
+        """The exit time, once the exec has returned (None when its process went unseen)."""
+        try:
+            self._helper.close_stdin()  # the exec is over
+            line = await asyncio.wait_for(self._helper.stdout.readline(), 5)
+        except (TimeoutError, OSError):
+            line = b""
+        await self._end()
+        return int(line) if line.strip().isdigit() else None
 
-
-def _read_comm(pid: int) -> str:
-    with open(f"/proc/{pid}/comm", "rb") as handle:
-        return handle.read(64).decode(errors="replace")
+    async def _end(self) -> None:
+        self._helper.kill()
+        await self._helper.wait()
 
 
 @dataclass
@@ -189,10 +158,16 @@ class VerifierWatch:
             return
         self._record()
 
-    def exec_clock(self, marker: str) -> ExitClock | None:
-        """A clock for an exec starting now (``marker``: the ``NAME=value`` variable it runs with),
+    async def exec_clock(self, marker: str) -> ExitClock | None:
+        """A clock for an exec about to start (``marker``: the ``NAME=value`` variable it runs with),
         while a verification is being watched."""
-        return ExitClock(self._current.root.init_pid, marker) if self._current is not None else None
+        if self._current is None:
+            return None
+        try:
+            return await ExitClock.start(self._current.root.init_pid, marker)
+        except OSError as error:
+            self._current.notes.append(f"no clock for test.sh's exit: {error}")
+            return None
 
     async def exec_returned(self, clock: ExitClock) -> None:
         """An exec of the watched verification returned: its exit time is ``test.sh``'s when it is the last."""

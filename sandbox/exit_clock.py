@@ -1,0 +1,132 @@
+"""When an exec's process exits in a container, to the millisecond: a helper process of its own.
+
+``python -I -S exit_clock.py INIT_PID MARKER`` prints ``ready`` once it watches, then finds the
+first process of the container whose environment holds ``MARKER`` (the ``NAME=value`` variable
+one ``podman exec`` runs with), waits on its pidfd, and prints the time it exited (ns since the
+epoch), or an empty line when it never saw it; closing its stdin tells it the exec is over.
+``podman exec`` itself returns tens of milliseconds after its process exits, and a thread of
+the sweep, sharing the event loop's GIL, polls too slowly to see a ``test.sh`` of a few milliseconds: a process of its own, reading
+only the container's cgroup and ``/proc``, sees it. Standard library only, so it starts in
+milliseconds (``-S``: no site packages).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import time
+from collections.abc import Callable
+
+
+def cgroup_procs(init_pid: int) -> str | None:
+    """The ``cgroup.procs`` file listing every process of the container whose init is ``init_pid``."""
+    try:
+        with open(f"/proc/{init_pid}/cgroup") as handle:
+            lines = [line.rstrip("\n").split(":", 2) for line in handle]
+    except OSError:
+        return None
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            return f"/sys/fs/cgroup{path}/cgroup.procs"
+        if "pids" in controllers.split(","):
+            return f"/sys/fs/cgroup/pids{path}/cgroup.procs"
+    return None
+
+
+def _pids(procs: str) -> list[int]:
+    try:
+        with open(procs) as handle:
+            return [int(line) for line in handle if line.strip()]
+    except OSError:
+        return []
+
+
+def _started(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        line = handle.read(4096)
+    return int(line[line.rindex(b")") + 2 :].split()[19])
+
+
+def _marked(pid: int, needle: bytes) -> bool:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return needle in b"\0" + handle.read(256 * 1024) + b"\0"
+
+
+def _comm(pid: int) -> bytes:
+    with open(f"/proc/{pid}/comm", "rb") as handle:
+        return handle.read(64)
+
+
+def find(procs: str, needle: bytes, over: Callable[[], bool], ready: Callable[[], None] = lambda: None) -> tuple[int, int] | None:
+    """The oldest process listed in ``procs`` carrying ``needle``: (pid, start), until ``over()``;
+    ``ready()`` is called after the first look."""
+    seen: set[int] = set()
+    while not over():
+        marked = []
+        for pid in _pids(procs):
+            if pid in seen:
+                continue
+            try:
+                if _marked(pid, needle):
+                    marked.append((_started(pid), pid))
+                elif not _comm(pid).startswith(b"runc"):  # runc's own becomes the exec's process when it execs
+                    seen.add(pid)
+            except (OSError, ValueError):
+                continue
+        if marked:
+            started, pid = min(marked)
+            return pid, started
+        ready()
+        time.sleep(0.0005)
+    return None
+
+
+def exit_time(init_pid: int, marker: str, stdin: int, ready: Callable[[], None] = lambda: None) -> int | None:
+    """When the exec's first process exited (see the module docstring), or None."""
+    procs = cgroup_procs(init_pid)
+    if procs is None:
+        ready()
+        return None
+    ended = False
+
+    def over() -> bool:
+        nonlocal ended
+        ended = ended or bool(select.select([stdin], [], [], 0)[0])
+        return ended
+
+    found = find(procs, f"\0{marker}\0".encode(), over, ready)
+    if found is None:
+        return None
+    pid, started = found
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        if _started(pid) != started:
+            return None  # gone, its pid reused, before the pidfd was opened
+        while True:
+            readable = select.select([pidfd, stdin], [], [], 5)[0]
+            if pidfd in readable:
+                return time.time_ns()
+            if stdin in readable:  # the exec returned and its exit went unseen: no exact time
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(pidfd)
+
+
+if __name__ == "__main__":
+    told = False
+
+    def say_ready() -> None:
+        global told
+        if not told:
+            told = True
+            print("ready", flush=True)
+
+    exited = exit_time(int(sys.argv[1]), sys.argv[2], sys.stdin.fileno(), say_ready)
+    say_ready()
+    print("" if exited is None else exited, flush=True)
