@@ -13,6 +13,11 @@ plus the sweep's first steps as deployments of their own, for running them ahead
 Each sweep deployment carries a deployment concurrency limit: a flood of ``prefect deployment run`` calls
 queues (ENQUEUE) instead of starting more sweeps than the machine can hold -- the
 pipeline's counterpart of the Osmosis backend's HTTP 429.
+
+Their entrypoints are module paths (``prefect_harbor.flows.sweep.evaluation_sweep``), the same
+wherever ``serve`` starts: a file path would be relative to that folder (``../../…/flows/sweep.py``),
+and the serve process, loading the flow to run its hooks after a cancel, would "download" the
+deployment's folder (a copy of the working directory) and log it in the run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from datetime import timedelta
 from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
+from prefect.types.entrypoint import EntrypointType
 
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.bundle import build_bundle_flow
@@ -41,15 +47,21 @@ def sweep_deployments(
 ) -> list[RunnerDeployment]:
     """The on-demand sweep, bundle and prewarm deployments, plus the scheduled sweep when it has a dataset and a backend."""
     limit = ConcurrencyLimitConfig(limit=max_concurrent_sweeps, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
+    by_module = EntrypointType.MODULE_PATH
     deployments = [
         evaluation_sweep.to_deployment(
             name="sweep",
             description="Run a dataset as Harbor trials; give a backend block (or inline backend) and a dataset URL.",
             concurrency_limit=limit,
             tags=TAGS,
+            entrypoint_type=by_module,
         ),
-        build_bundle_flow.to_deployment(name="build-bundle", description="Build (or reuse) a backend's workflow bundle and its environment.", tags=TAGS),
-        prewarm_flow.to_deployment(name="prewarm", description="Set up each task of a backend once, install-only, and report per task.", tags=TAGS),
+        build_bundle_flow.to_deployment(
+            name="build-bundle", description="Build (or reuse) a backend's workflow bundle and its environment.", tags=TAGS, entrypoint_type=by_module
+        ),
+        prewarm_flow.to_deployment(
+            name="prewarm", description="Set up each task of a backend once, install-only, and report per task.", tags=TAGS, entrypoint_type=by_module
+        ),
     ]
     if nightly_dataset and nightly_backend_block:
         schedule = {"interval": timedelta(seconds=interval_seconds)} if interval_seconds else {"cron": cron}
@@ -60,6 +72,7 @@ def sweep_deployments(
                 parameters={"dataset": nightly_dataset, "backend_block": nightly_backend_block, "results": nightly_results},
                 concurrency_limit=limit,
                 tags=[*TAGS, "scheduled"],
+                entrypoint_type=by_module,
                 **schedule,
             )
         )

@@ -1,5 +1,20 @@
-"""Prefect flows: the sweep and the steps users run on their own."""
+"""Prefect flows: the sweep and the steps users run on their own.
 
-from prefect_harbor.flows.sweep import evaluation_sweep
+``evaluation_sweep`` is imported on first use, so a small module of this package (the
+cancelled sweep's headline keeper, ``headline.py``) starts without importing Harbor.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prefect_harbor.flows.sweep import evaluation_sweep
 
 __all__ = ["evaluation_sweep"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "evaluation_sweep":
+        from prefect_harbor.flows.sweep import evaluation_sweep
+
+        return evaluation_sweep
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

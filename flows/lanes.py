@@ -97,7 +97,10 @@ class TrialRunner:
 
     async def __call__(self, row: Row, index: int, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
         if not self.plan.distributed:
-            return await trial_and_archive(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading)
+            return await trial_and_archive(
+                row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading,
+                quiet_success=self.plan.rows_per_task_run > 1,
+            )  # fmt: skip
         # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
         future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver)
         try:

@@ -15,7 +15,10 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prefect_harbor.flows.reporting import Progress
+from prefect import get_run_logger
+from prefect.exceptions import MissingContextError
+
+from prefect_harbor.flows.reporting import Progress, RowsTable
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.secrets import Redactor
@@ -36,6 +39,8 @@ class Recorder:
     archiver: Archiver
     redactor: Redactor
     progress: Progress
+    #: The row table artifact, published as rows finish.
+    rows_table: RowsTable
     #: The run's counts (a resumed run's kept rows included): its summary and report come from them.
     tally: RunTally
     logger: logging.Logger | logging.LoggerAdapter
@@ -52,11 +57,13 @@ class Recorder:
         """Write one finished row: redacted, archived if its task run did not, counted, shown."""
         result = self.redactor.model(result)  # rows that never reached the archiver (internal errors) too
         if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others were archived (and logged) in their task run
-            result = await asyncio.to_thread(self.archiver, result, self.logger)
-            log_outcome(result, self.logger)
+            logger = self._current_logger()
+            result = await asyncio.to_thread(self.archiver, result, logger)
+            log_outcome(result, logger)
         await asyncio.to_thread(self.store.write_row, result)
         self.tally.add(result)
         await self.progress.advance()
+        await self.rows_table.advance()
         return result
 
     async def record_never_started(self, rows: list[tuple[int, DatasetRow | RowProblem]]) -> None:
@@ -68,9 +75,17 @@ class Recorder:
         store = self.store
         return self.tally.summary(run_id, results_uri, local_fallback=str(store.fallback_dir) if store.unsent else None, unsent_files=store.unsent)
 
-    async def finish(self) -> None:
-        """The progress artifact's final count."""
+    async def finish(self, summary: SweepSummary) -> None:
+        """The progress artifact's final count, the row table's final version."""
         await self.progress.finish(self.tally.rows)
+        await self.rows_table.finish(summary)
+
+    def _current_logger(self) -> logging.Logger | logging.LoggerAdapter:
+        """The row's task run's logger when the row is recorded inside it (a row cancelled alone), else the flow run's."""
+        try:
+            return get_run_logger()
+        except MissingContextError:
+            return self.logger
 
     def _write_never_started(self, rows: Iterable[tuple[int, DatasetRow | RowProblem]]) -> None:
         backend = self.archiver.backend

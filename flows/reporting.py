@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import re
 import time
 from datetime import UTC, datetime
 from uuid import UUID
@@ -18,6 +21,8 @@ from prefect.artifacts import (
 )
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.flows.configuration import is_reference, referenced_block_name
+from prefect_harbor.outcome import figure, rounded
 from prefect_harbor.storage.results import RunTally, SweepSummary
 
 SUMMARY_KEY = "evaluation-sweep-summary"
@@ -27,11 +32,20 @@ PROGRESS_KEY = "evaluation-sweep-progress"
 ROWS_KEY = "evaluation-sweep-rows"
 
 
+#: How a sweep's run name ends: ``-<UTC date>-<time>``.
+_NAMED = re.compile(r"-\d{8}-\d{4}$")
+
+
 def sweep_run_name() -> str:
-    """``<backend block or agent>-<dataset stem>-<UTC date>``: runs told apart in the UI's list."""
+    """``<backend block or agent>-<dataset stem>-<UTC date>``: runs told apart in the UI's list.
+
+    A Retry runs the same flow run again and keeps the name it was given (the date is the first run's)."""
+    if flow_run.run_count > 0 and _NAMED.search(flow_run.name or ""):
+        return flow_run.name
     parameters = flow_run.parameters
     backend = parameters.get("backend")
-    who = parameters.get("backend_block") or getattr(backend, "_block_document_name", None) or getattr(backend, "agent_spec", None) or "sweep"
+    picked = referenced_block_name(backend) if is_reference(backend) else getattr(backend, "_block_document_name", None)
+    who = parameters.get("backend_block") or picked or getattr(backend, "agent_spec", None) or "sweep"
     dataset = str(parameters.get("dataset") or "dataset").rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
     return f"{who}-{dataset}-{datetime.now(UTC):%Y%m%d-%H%M}".replace(":", "-")
 
@@ -65,7 +79,7 @@ class Progress:
         self.total = max(total, 1)
         self.done = 0
         self.shown = -1.0
-        self.shown_at = 0.0
+        self.shown_at: float | None = None  # not time 0: the monotonic clock starts near the machine's boot
         self.interval = interval
         self.artifact_id: UUID | None = None
 
@@ -79,7 +93,7 @@ class Progress:
     async def advance(self) -> None:
         self.done += 1
         percent = round(100 * self.done / self.total, 1)
-        due = percent > self.shown and time.monotonic() - self.shown_at >= self.interval
+        due = percent > self.shown and (self.shown_at is None or time.monotonic() - self.shown_at >= self.interval)
         if self.artifact_id is not None and (due or self.done == self.total):
             self.shown, self.shown_at = percent, time.monotonic()
             await aupdate_progress_artifact(self.artifact_id, percent)
@@ -92,13 +106,18 @@ class Progress:
             await aupdate_progress_artifact(self.artifact_id, percent)
 
 
-def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
-    """Failures grouped by category with their messages (the first few of each), then the slowest rows."""
+#: The report names at most this many rows an earlier attempt recorded that ran again.
+SUPERSEDED_LISTED = 50
+
+
+def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str] = ()) -> str:
+    """Failures grouped by category with their messages (the first few of each), the rows a retry
+    ran again (whose earlier task runs are superseded), then the slowest rows."""
     lines = [
         f"# Sweep {summary.run_id}",
         "",
         f"{summary.rows} rows: {summary.success} success, {summary.failure} failure, {summary.cancelled} cancelled; "
-        + (f"mean reward {_fmt(summary.mean_reward)}." if summary.mean_reward is not None else "no row was scored, so there is no mean reward."),
+        + (f"mean reward {figure(summary.mean_reward)}." if summary.mean_reward is not None else "no row was scored, so there is no mean reward."),
         "",
         f"Results: `{summary.results_uri}`",
     ]
@@ -116,28 +135,70 @@ def report_markdown(summary: SweepSummary, tally: RunTally) -> str:
         if count > len(rows):
             lines.append(f"| … | {count - len(rows)} more in the results table | | |")
         lines.append("")
+    if superseded:
+        listed = ", ".join(superseded[:SUPERSEDED_LISTED]) + (f" and {len(superseded) - SUPERSEDED_LISTED} more" if len(superseded) > SUPERSEDED_LISTED else "")
+        lines += [
+            "## Rows run again", "",
+            f"This run continues an earlier attempt (Prefect's Retry, or --resume). {len(superseded)} row(s) it had recorded as cancelled "
+            f"ran again: their earlier task runs (Cancelled) are superseded by this run's, and the results hold only the new outcome: {listed}.",
+            "",
+        ]  # fmt: skip
     lines += ["## Slowest rows", "", "| row | task | total s | agent s | verifier s |", "|---|---|---|---|---|"]
-    lines += [f"| {r.row_id} | {r.task or '-'} | {_fmt(r.total_sec)} | {_fmt(r.agent_sec)} | {_fmt(r.verifier_sec)} |" for r in tally.slowest()]
+    lines += [f"| {r.row_id} | {r.task or '-'} | {figure(r.total_sec)} | {figure(r.agent_sec)} | {figure(r.verifier_sec)} |" for r in tally.slowest()]
     return "\n".join(lines) + "\n"
 
 
-async def publish(summary: SweepSummary, tally: RunTally) -> None:
+#: The row table is published again, while the sweep runs, this often (seconds) or every this many rows, whichever comes first.
+ROWS_TABLE_SECONDS = 30.0
+ROWS_TABLE_ROWS = 100
+
+
+class RowsTable:
+    """The ``evaluation-sweep-rows`` artifact (row, task, status, reward, category, message, archive),
+    published while the sweep runs, as a new version of the same key: after the first row to
+    finish, then every :data:`ROWS_TABLE_ROWS` rows or :data:`ROWS_TABLE_SECONDS` seconds, and at
+    the end. It lists the first ``tally.rows_kept`` rows to finish; every row is in the results."""
+
+    def __init__(self, tally: RunTally, total: int, interval: float = ROWS_TABLE_SECONDS, every: int = ROWS_TABLE_ROWS):
+        self.tally, self.total, self.interval, self.every = tally, total, interval, every
+        self.shown_rows = 0
+        self.shown_at: float | None = None
+        # Made in the flow run: published from a row's task run, the artifact would be filed under that task run.
+        self._flow_context = contextvars.copy_context()
+
+    async def advance(self) -> None:
+        """A row finished: publish if it is the first, or enough rows or time went by since the last time."""
+        listed = len(self.tally.first_rows)
+        new_rows = listed - self.shown_rows
+        if new_rows <= 0:
+            return
+        if self.shown_at is None or new_rows >= self.every or time.monotonic() - self.shown_at >= self.interval:
+            await self.publish(f"Row by row, as they finish: {self.tally.rows} of {self.total} so far.")
+
+    async def publish(self, description: str) -> None:
+        """A new version of the table, filed under the flow run (whichever row's task run finished last)."""
+        rows = sorted(self.tally.first_rows, key=lambda row: row["index"])
+        self.shown_rows, self.shown_at = len(rows), time.monotonic()
+        table = [{key: value for key, value in row.items() if key != "index"} for row in rows]
+        await asyncio.create_task(acreate_table_artifact(key=ROWS_KEY, table=table, description=description), context=self._flow_context.copy())
+
+    async def finish(self, summary: SweepSummary) -> None:
+        listed = len(self.tally.first_rows)
+        await self.publish(f"Row by row: the first {listed} of {summary.rows} rows to finish; every row is in {summary.results_uri}")
+
+
+async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] = ()) -> None:
+    """The summary, report and results-location artifacts (figures rounded for people; the files keep full precision)."""
     await acreate_table_artifact(
         key=SUMMARY_KEY,
         table=[
             {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
-             "cancelled": summary.cancelled, "mean_reward": summary.mean_reward},
-            *[{"task": task, "rows": score.rows, "mean_reward": score.mean_reward} for task, score in summary.per_task.items()],
+             "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward)},
+            *[{"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward)} for task, score in summary.per_task.items()],
         ],  # fmt: skip
-        description=f"Sweep {summary.run_id}: rows per status and mean reward, overall and per task.",
+        description=f"Sweep {summary.run_id}: rows per status and mean reward (3 significant digits; the results table has them in full), overall and per task.",
     )
-    rows = sorted(tally.first_rows, key=lambda row: row["index"])
-    await acreate_table_artifact(
-        key=ROWS_KEY,
-        table=[{key: value for key, value in row.items() if key != "index"} for row in rows],
-        description=f"Row by row: the first {len(rows)} of {summary.rows} rows to finish; every row is in {summary.results_uri}",
-    )
-    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally), description="Failures and slowest rows")
+    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally, superseded), description="Failures and slowest rows")
     if summary.results_uri.startswith(("http://", "https://")):
         await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
     else:  # file:// and s3:// are not links a browser opens: say where the table is, to copy
@@ -148,8 +209,6 @@ async def publish(summary: SweepSummary, tally: RunTally) -> None:
         )
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
 
 def _cell(text: str | None) -> str:

@@ -55,6 +55,8 @@ class RunFolder:
         self.resuming = resuming
         self.logger = logger
         self.manifest: RunManifest | None = None
+        #: Rows an earlier attempt recorded (cancelled) that this one runs again: a resumed run's or a Retry's.
+        self.superseded: list[str] = []
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -94,8 +96,9 @@ class RunFolder:
         )  # fmt: skip
         kept: dict[int, RowResult] = {}
         if self.resuming:
-            self.manifest, kept = await asyncio.to_thread(prepare_resume, self.store, self.manifest, info.fingerprint)
-            self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run")
+            self.manifest, kept, self.superseded = await asyncio.to_thread(prepare_resume, self.store, self.manifest, info.fingerprint)
+            again = f"; run again: {', '.join(self.superseded[:20])}{' …' if len(self.superseded) > 20 else ''}" if self.superseded else ""
+            self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run{again}")
         await asyncio.to_thread(self._beat)  # before the manifest says Running
         self._heartbeat = asyncio.create_task(self._keep_heartbeat())
         await asyncio.to_thread(self.store.write_manifest, self.manifest)

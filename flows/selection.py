@@ -55,8 +55,10 @@ class Selection:
         return enumerate(rows if self.reruns is None else rerun_rows(rows, self.reruns))
 
 
-def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult]]:
-    """Check that the run can be continued; keep its finished rows, drop the rest.
+def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult], list[str]]:
+    """Check that the run can be continued; keep its finished rows, drop the rest: the resumed
+    manifest, the kept rows by index, and the ids of the recorded rows that will run again
+    (cancelled ones: their earlier task runs are superseded).
 
     A damaged manifest (cut short by a crash) cannot be compared with: the run carries on with
     this run's manifest, saying so, rather than losing the rows its parts hold."""
@@ -80,10 +82,12 @@ def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> 
     )  # fmt: skip
     if changed:
         raise ConfigurationError(f"resume: the backend configuration changed since run {previous.run_id} ({', '.join(changed)}); use the same configuration or start a new sweep.")
-    kept = {r.row_index: r for r in store.read_results() if r.status in ("success", "failure")}
+    recorded = store.read_results()
+    kept = {r.row_index: r for r in recorded if r.status in ("success", "failure")}
+    superseded = [r.row_id for r in sorted(recorded, key=lambda r: r.row_index) if r.row_index not in kept]
     store.restart_from(list(kept.values()))
     resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
-    return resumed, kept
+    return resumed, kept, superseded
 
 
 def rerun_ids(previous: RunStore, dataset_ids: list[str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
+from prefect.logging.handlers import APILogHandler
 from prefect.states import Cancelled, Completed, State
 
 from prefect_harbor.blocks.backend import HarborBackend
@@ -26,13 +27,21 @@ from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.flows.configuration import (
-    check_process_budget, harbor_logs_in_trial_logs_only, install_log_filters, resolve_backend, resolve_storage,
-)  # fmt: skip
+    Reference,
+    backend_block_name,
+    check_process_budget,
+    harbor_logs_in_trial_logs_only,
+    install_log_filters,
+    picked,
+    resolve_backend,
+    resolve_storage,
+)
+from prefect_harbor.flows.headline import SWEEP_CANCELLED, keep_the_headline
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.lanes import Admission, LanePlan, Lanes, TrialRunner
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.flows.recorder import Recorder
-from prefect_harbor.flows.reporting import Progress, publish, run_tags, sweep_run_name, tag_flow_run
+from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
 from prefect_harbor.agents.harness import BundleRuntime
@@ -54,7 +63,11 @@ install_log_filters()
 Logger = logging.Logger | logging.LoggerAdapter
 
 
-@flow(name="evaluation-sweep", flow_run_name=sweep_run_name, retries=0, validate_parameters=True)
+# validate_parameters=False: a block picked in the run form arrives as a reference, loaded (or
+# refused, naming the field) as a block given by name is (configuration.picked); Prefect's own
+# validation would refuse a bad one before the run is named or tagged, in words nobody can act
+# on. on_cancellation: headline.py.
+@flow(name="evaluation-sweep", flow_run_name=sweep_run_name, retries=0, validate_parameters=False, on_cancellation=[keep_the_headline])
 async def evaluation_sweep(
     dataset: str,
     backend: HarborBackend | None = None,
@@ -95,7 +108,7 @@ async def evaluation_sweep(
     logger = get_run_logger()
     config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger)
     await remove_orphaned_containers(config, logger)
-    storage = await resolve_storage(storage, storage_block)
+    storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
         folder = await RunFolder.open(config, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
@@ -107,7 +120,8 @@ async def evaluation_sweep(
             run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
             plan = LanePlan.of(config, storage, folder.run_id, selection.info.rows - len(kept_indexes), rows_per_task_run)
             archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
-            recorder = Recorder(folder.store, archiver, runtimes.redactor, Progress(selection.info.rows), tally, logger)
+            views = Progress(selection.info.rows), RowsTable(tally, selection.info.rows)
+            recorder = Recorder(folder.store, archiver, runtimes.redactor, *views, tally, logger)
             await recorder.start()
             announce(config, folder, selection, plan, logger)
             trials = TrialRunner(config, TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
@@ -117,15 +131,17 @@ async def evaluation_sweep(
         except BaseException as error:
             await folder.fail(error, tally.rows)
             raise
-        return await publish_summary(summary, recorder, scope, logger)
+        return await publish_summary(summary, recorder, scope, folder.superseded, logger)
 
 
 async def resolve_configuration(
-    backend: HarborBackend | None, backend_block: str | None, concurrency: int | None, rows_per_task_run: int | None, logger: Logger,
+    backend: HarborBackend | Reference | None, backend_block: str | None, concurrency: int | None, rows_per_task_run: int | None, logger: Logger,
 ) -> tuple[HarborBackend, str | None]:  # fmt: skip
-    """The backend this run uses (loaded by name, or the inline block re-validated) and its block's name.
+    """The backend this run uses (loaded by name or from the picker's reference, or the inline block
+    re-validated) and its block's name.
 
-    The flow run is tagged with what it runs first, so even a run that fails later is found by its tags."""
+    The flow run is tagged with what it runs first, so even a run that fails later is found by its
+    tags; a run whose block is not valid, by its block's."""
     if get_run_context().flow.retries:
         raise ConfigurationError(
             "retries: a sweep is retry-free (a retry is a new row id): drop retries from evaluation_sweep.with_options(...), "
@@ -133,18 +149,29 @@ async def resolve_configuration(
         )
     if rows_per_task_run is not None and rows_per_task_run < 1:
         raise ConfigurationError(f"rows_per_task_run: {rows_per_task_run} is not a row count; give 1 or more, or leave it empty for the default.")
-    block_name = backend_block or getattr(backend, "_block_document_name", None)
-    config = await resolve_backend(backend, backend_block)
+    block_name = await backend_block_name(backend, backend_block)
+    try:
+        config = await resolve_backend(await picked(HarborBackend, backend, "backend"), backend_block)
+    except ConfigurationError:  # found by its block's tag all the same
+        await tag_run([f"backend:{block_name}"] if block_name else [], logger)
+        raise
     tags = run_tags(config, block_name)
     logger.info(f"Backend {'block ' + repr(block_name) if block_name else '(inline)'}: " + ", ".join(tags))
-    try:
-        await tag_flow_run(current_flow_run_id(), tags)
-    except Exception as error:  # outside a server-backed run (or an old server): names only
-        logger.debug(f"Could not tag the flow run: {error}")
+    await tag_run(tags, logger)
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
     check_process_budget(config)
     return config, block_name
+
+
+async def tag_run(tags: list[str], logger: Logger) -> None:
+    """Add ``tags`` to this flow run (filterable in the UI)."""
+    if not tags:
+        return
+    try:
+        await tag_flow_run(current_flow_run_id(), tags)
+    except Exception as error:  # outside a server-backed run (or an old server): names only
+        logger.debug(f"Could not tag the flow run: {error}")
 
 
 async def remove_orphaned_containers(config: HarborBackend, logger: Logger) -> None:
@@ -223,17 +250,30 @@ async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChanne
     return recorder.summary(folder.run_id, results_uri)
 
 
-async def publish_summary(summary: SweepSummary, recorder: Recorder, scope: CancelScope, logger: Logger) -> State:
-    """The UI artifacts and the last log lines; the flow run's state carries the summary."""
-    await recorder.finish()
-    await publish(summary, recorder.tally)
+async def publish_summary(summary: SweepSummary, recorder: Recorder, scope: CancelScope, superseded: list[str], logger: Logger) -> State:
+    """The UI artifacts and the last log lines; the flow run's final state carries the summary.
+
+    The state is named with the counts (``6/7 rewarded, mean 0.857``: what the UI's run list and
+    the end of ``prefect deployment run --watch`` show) and its message is the headline."""
+    await recorder.finish(summary)
+    await publish(summary, recorder.tally, superseded)
     store = recorder.store
     if store.unsent:
         logger.error(f"Storage stayed unavailable: {len(store.unsent)} file(s) are kept locally under {store.fallback_dir}")
     logger.info(summary.headline())
+    await flush_logs()
+    name = summary.counts().name()
     if scope.requested.is_set():
-        return Cancelled(message=f"Sweep cancelled ({scope.reason}); {summary.headline()}", data=summary)
-    return Completed(message=summary.headline(), data=summary)
+        return Cancelled(name=name, message=f"{SWEEP_CANCELLED} ({scope.reason}); {summary.headline()}", data=summary)
+    return Completed(name=name, message=summary.headline(), data=summary)
+
+
+async def flush_logs() -> None:
+    """Send the log lines so far before the final state: a watcher (``--watch``) stops at that state."""
+    try:
+        await APILogHandler.aflush()
+    except Exception as error:  # no API log handler (logging to the API off): nothing to send
+        logging.getLogger(__name__).debug(f"Logs not flushed: {error}")
 
 
 def archive_build_logs(store: RunStore, prewarmed: list[PrewarmResult], redactor: Redactor) -> None:

@@ -24,6 +24,7 @@ import logging
 import socket
 import socketserver
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -115,7 +116,7 @@ class Forward(socketserver.BaseRequestHandler):
         except OSError:
             return
         with upstream:
-            pump = threading.Thread(target=pipe, args=(upstream, self.request), daemon=True)
+            pump = threading.Thread(target=pipe, args=(upstream.recv, self.request), daemon=True)
             pump.start()
             self.forward(self.request, upstream)
             pump.join()
@@ -125,13 +126,14 @@ class Forward(socketserver.BaseRequestHandler):
 
     def forward(self, client: socket.socket, upstream: socket.socket) -> None:
         """Client to target; subclasses may rewrite what passes (:mod:`.proxy` adds credentials)."""
-        pipe(client, upstream)
+        pipe(client.recv, upstream)
 
 
-def pipe(source: socket.socket, sink: socket.socket) -> None:
-    """Copy ``source`` to ``sink`` until the end, then end ``sink``'s writing side."""
+def pipe(read: Callable[[int], bytes], sink: socket.socket) -> None:
+    """Copy what ``read`` (a socket's ``recv``, a buffered reader's ``read1``) gives to ``sink`` until
+    the end, then end ``sink``'s writing side."""
     try:
-        while data := source.recv(65536):
+        while data := read(65536):
             sink.sendall(data)
     except OSError:
         pass

@@ -24,7 +24,7 @@ import ssl
 from functools import cache
 from urllib.parse import unquote, urlsplit
 
-from prefect_harbor.sandbox.network import Forward, Relay, gateway_address, is_loopback, relay_for
+from prefect_harbor.sandbox.network import Forward, Relay, gateway_address, is_loopback, pipe, relay_for
 
 #: Proxy variables that Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
@@ -128,15 +128,9 @@ class AuthenticatingForward(Forward):
                 if method == b"CONNECT" or length is None:
                     break
                 _copy_exactly(reader, upstream, length)
-            while data := reader.read1(65536):
-                upstream.sendall(data)
         except OSError:
             pass
-        finally:
-            try:
-                upstream.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+        pipe(reader.read1, upstream)  # a tunnel, a chunked body, or nothing left: as it is
 
     def open_upstream(self) -> socket.socket:
         upstream = super().open_upstream()

@@ -7,9 +7,12 @@ small trial's orchestration: ``docs/performance.md``). With a distributed task r
 each row is a task run of :func:`run_trial` on a worker.
 
 A task run's state carries its rows' outcome (:func:`outcome_state`), so the UI's task-run
-list reads as the rows did: Completed with ``reward 0.75``, Failed with the row's category
-and message, Cancelled. Prefect takes a State a task returns as that task run's final
-state, and does not fail the flow run for it: the sweep's own state is its return value.
+list reads as the rows did: Completed named ``Reward 0.75``, Failed named after the row's
+category (``Verifier error``) with its message, Cancelled; a task run of several rows is
+named with their counts (``3/4 rewarded, mean 0.75``). Prefect takes a State a task returns
+as that task run's final state, and does not fail the flow run for it: the sweep's own
+state is its return value. Each row also logs, in its task run, its timings, its archive
+and, when it failed or scored zero, the verifier's last lines (:func:`log_row`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from prefect import Task, get_run_logger, task
@@ -25,11 +29,17 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Cancelled, Completed, Failed, State
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.outcome import Counts, describe, figure, row_line, state_name
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
+from prefect_harbor.secrets import Redactor
 from prefect_harbor.tasks.archive import Archiver
-from prefect_harbor.trial.row_trial import RunContext, run_row
+from prefect_harbor.trial.row_trial import RunContext, run_row, verifier_output
+
+#: How much of the verifier's output a row's task-run log gets: its last lines, a few KiB at most.
+VERIFIER_TAIL_LINES = 30
+VERIFIER_TAIL_BYTES = 4096
 
 #: The next row a lane may run, ``(index, row)``, or None when the dataset is done or the sweep stops.
 Admit = Callable[[], "tuple[int, DatasetRow | RowProblem] | None"]
@@ -40,40 +50,52 @@ RunOne = Callable[[int, "DatasetRow | RowProblem"], Awaitable[RowResult]]
 async def trial_and_archive(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
     archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None,
+    quiet_success: bool = False,
 ) -> RowResult:  # fmt: skip
-    """Run the row's trial in its sandbox, score it and archive it; never retried (a retry is a new row)."""
+    """Run the row's trial in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
+
+    ``quiet_success``: a rewarded row's line at DEBUG (rows batched into one task run, where only the others matter)."""
     result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading)
-    return await asyncio.to_thread(archiver, result, logger)
+    # Read before archiving: a successful row's trial directory is deleted with it.
+    tail = await asyncio.to_thread(verifier_tail_of, result, archiver.redactor)
+    result = await asyncio.to_thread(archiver, result, logger)
+    log_row(result, logger, tail, quiet=quiet_success and result.status == "success" and bool(result.reward) and not result.verifier_tampering)
+    return result
 
 
-def describe(result: RowResult) -> str:
-    """A row's outcome in one line: ``reward 0.75``, or its category and message; then its archive."""
-    reward = "no reward" if result.reward is None else f"reward {result.reward:g}"
-    line = reward if result.status == "success" else f"{result.err_category or result.status}: {result.err_message}"
-    if result.verifier_tampering and result.err_category != "verifier_tampering" and "verifier tampering: " not in (result.err_message or ""):
-        line += "; verifier tampering: " + "; ".join(result.verifier_tampering)
-    if result.status != "success" or result.archive_error:
-        line += f"; archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
-    return line
+def verifier_tail_of(result: RowResult, redactor: Redactor) -> str:
+    """The verifier's last lines when the row failed or scored zero (a verifier error's message holds them already)."""
+    wanted = result.status == "failure" or (result.status == "success" and not result.reward)
+    if not wanted or result.trial_dir is None or result.err_category == "verifier_error":
+        return ""
+    return verifier_output(Path(result.trial_dir), redactor, lines=VERIFIER_TAIL_LINES, max_bytes=VERIFIER_TAIL_BYTES)
+
+
+def log_row(result: RowResult, logger: logging.Logger | logging.LoggerAdapter, verifier_tail: str = "", quiet: bool = False) -> None:
+    """A row's lines in its task run's log: outcome, timings and archive; then the verifier's last lines, if any."""
+    level = logging.DEBUG if quiet else logging.INFO
+    logger.log(level, row_line(result))
+    if verifier_tail:
+        logger.log(level, f"Row {result.row_id}: the verifier's last lines (verifier/test-stdout.txt):\n{verifier_tail}")
 
 
 def log_outcome(result: RowResult, logger: logging.Logger | logging.LoggerAdapter) -> None:
-    """A row's line where no task run state of its own says it: INFO unless it succeeded."""
-    line = f"Row {result.row_id} ({result.task or 'no task'}): {result.status}; {describe(result)}"
-    (logger.debug if result.status == "success" and not result.verifier_tampering else logger.info)(line)
+    """A row's line where no task run of its own says it (rows the flow cancelled or never ran): INFO unless it succeeded cleanly."""
+    log_row(result, logger, quiet=result.status == "success" and not result.verifier_tampering)
 
 
 def outcome_state(results: list[RowResult]) -> State:
-    """The task run's state for its rows: the worst outcome decides (failure, then cancelled)."""
+    """The task run's state for its rows: the worst outcome decides the type (failure, then cancelled), the name says it."""
     statuses = Counter(result.status for result in results)
     if len(results) == 1:
-        message = describe(results[0])  # Prefect logs it with the final state: the row's one log line
+        name, message = state_name(results[0]), describe(results[0])
     else:
+        name = Counts.of(results).name()
         scored = [r.reward for r in results if r.reward is not None]
-        mean = f"; mean reward {sum(scored) / len(scored):.3g}" if scored else ""
+        mean = f"; mean reward {figure(sum(scored) / len(scored))}" if scored else ""
         message = f"{len(results)} rows: " + ", ".join(f"{statuses[s]} {s}" for s in ("success", "failure", "cancelled") if statuses[s]) + mean
     state = Failed if statuses["failure"] else Cancelled if statuses["cancelled"] else Completed
-    return state(message=message[:500], data=results)
+    return state(name=name, message=message[:500], data=results)
 
 
 def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
@@ -89,9 +111,6 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
         results = [await run_one(first_index, first)]
         while len(results) < limit and (item := admit()) is not None:
             results.append(await run_one(*item))
-        if len(results) > 1:  # the state can only count them: each row gets its own line
-            for result in results:
-                log_outcome(result, get_run_logger())
         return outcome_state(results)
 
     return run_trials.with_options(**options) if options else run_trials

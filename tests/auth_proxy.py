@@ -13,6 +13,8 @@ import socketserver
 import threading
 from urllib.parse import urlsplit
 
+from prefect_harbor.sandbox.network import pipe
+
 
 class _Handler(socketserver.StreamRequestHandler):
     server: AuthenticatingProxy
@@ -50,25 +52,11 @@ class _Handler(socketserver.StreamRequestHandler):
                 upstream.sendall(self.rfile.read(length))
         upstream.settimeout(None)
         with upstream:
-            back = threading.Thread(target=_copy, args=(upstream, self.connection), daemon=True)
+            back = threading.Thread(target=pipe, args=(upstream.recv, self.connection), daemon=True)
             back.start()
             if method == "CONNECT":
-                while data := self.rfile.read1(65536):
-                    upstream.sendall(data)
+                pipe(self.rfile.read1, upstream)
             back.join()
-
-
-def _copy(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            sink.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 class AuthenticatingProxy(socketserver.ThreadingTCPServer):

@@ -128,7 +128,9 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `prefect server start` (API and UI) on a free port, with its own SQLite home: its base URL."""
     from deployment_helpers import prefect_server
 
-    with prefect_server(tmp_path_factory.mktemp("prefect-ui-home")) as base:
+    # With the server's log stream on, as the README suggests, `prefect deployment run --watch` prints the run's log lines too.
+    streams_logs = {"PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true"}
+    with prefect_server(tmp_path_factory.mktemp("prefect-ui-home"), env=streams_logs) as base:
         yield base
 
 

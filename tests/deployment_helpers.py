@@ -88,6 +88,15 @@ def api(method: str, url: str, **kwargs) -> httpx.Response:
 
 
 
+def wait_until(predicate, timeout: float, what: str):
+    """``predicate()``'s first true value, checked every half second; fails naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return value
+
+
 def api_env(base: str, tmp_path: Path, **extra: str) -> dict:
     return {**os.environ, "PREFECT_API_URL": f"{base}/api", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "TMPDIR": str(tmp_path), **extra}
 

@@ -1,5 +1,6 @@
 """Small Harbor tasks written by tests, for behaviours the bundled examples do not have."""
 
+import json
 import shutil
 import subprocess
 import uuid
@@ -201,3 +202,15 @@ def write_forging_task(root: Path, name: str, forgery: str, *, separate: str | N
         if separate == "own-image":
             (task / "tests" / "Dockerfile").write_text(VERIFIER_DOCKERFILE)
     return task
+
+
+def slow_and_queued(tmp_path: Path, marker: str) -> Path:
+    """Two rows that sleep in their sandbox (marked), three that will still be queued."""
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "slow", solve=f"bash -c 'sleep 600 & wait' {marker}")
+    for n in range(3):
+        write_task(tasks, f"quick{n}")
+    dataset = tmp_path / "rows.jsonl"
+    rows = [("s1", "slow"), ("s2", "slow"), ("q0", "quick0"), ("q1", "quick1"), ("q2", "quick2")]
+    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in rows))
+    return dataset

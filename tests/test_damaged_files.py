@@ -68,7 +68,7 @@ def test_resume_survives_a_cut_part(tmp_path, caplog):
     store = store_with_three_rows(tmp_path)
     cut_short(tmp_path / "results" / "run1" / "parts" / "part-000001.parquet")
     with caplog.at_level(logging.WARNING):
-        resumed, kept = prepare_resume(store, manifest(), "f")
+        resumed, kept, _ = prepare_resume(store, manifest(), "f")
     assert sorted(kept) == [0, 2], "the cut part's row must run again"
     assert "part-000001.parquet is damaged" in caplog.text and "not finished" in caplog.text
     assert resumed.resumed == 1
@@ -79,7 +79,7 @@ def test_resume_survives_an_empty_manifest(tmp_path, caplog):
     store = store_with_three_rows(tmp_path)
     (tmp_path / "results" / "run1" / "manifest.json").write_bytes(b"")
     with caplog.at_level(logging.WARNING):
-        resumed, kept = prepare_resume(store, manifest(), "f")
+        resumed, kept, _ = prepare_resume(store, manifest(), "f")
     assert sorted(kept) == [0, 1, 2]
     assert resumed.state == "Running" and resumed.configuration == {"agent": "oracle"}
     assert "manifest.json is damaged (0 bytes: Invalid JSON: EOF while parsing" in caplog.text

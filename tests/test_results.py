@@ -120,3 +120,26 @@ async def test_the_progress_ends_at_the_final_count_after_a_cancel(monkeypatch):
     await progress.advance()  # 16.7 %, then a cancel: the other rows are recorded without advancing
     await progress.finish(recorded=6)
     assert shown == [16.7, 100.0]
+
+
+async def test_the_row_table_is_published_while_the_sweep_runs(monkeypatch):
+    """After the first row, then every ``every`` rows (or ``interval`` seconds), then at the end: one key, new versions."""
+    from prefect_harbor.flows import reporting
+
+    published: list[tuple[str, list[str]]] = []
+
+    async def create(key, table, description):
+        published.append((key, [r["row"] for r in table]))
+
+    monkeypatch.setattr(reporting, "acreate_table_artifact", create)
+    tally = RunTally()
+    table = reporting.RowsTable(tally, total=5, interval=3600, every=3)
+    for index in range(5):
+        tally.add(row(index, artifact_uri=f"file:///r/archives/r{index}"))
+        await table.advance()
+    await table.finish(tally.summary("run", "file:///r/results.parquet"))
+    assert published == [
+        ("evaluation-sweep-rows", ["r0"]),
+        ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3"]),
+        ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3", "r4"]),
+    ]

@@ -8,7 +8,7 @@ from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.storage.results import RowResult, RunTally
 from prefect_harbor.trial.tampering import judge
 
-from prefect_harbor.tasks.trial import describe
+from prefect_harbor.outcome import describe, row_line, table_row
 
 SCORED = RowResult(row_index=0, row_id="r", status="success", reward=1.0)
 
@@ -30,6 +30,8 @@ def test_flag_keeps_the_outcome_and_says_what_was_found(tmp_path):
     assert (row.status, row.reward, row.err_message) == ("success", 1.0, None)
     assert row.verifier_tampering == ["changed /usr/bin/bash", "reward.txt changed after test.sh exited"]
     assert describe(row) == "reward 1; verifier tampering: changed /usr/bin/bash; reward.txt changed after test.sh exited"
+    assert row_line(row).startswith("Row r (no task): success, reward 1; verifier tampering: changed /usr/bin/bash; reward.txt")
+    assert table_row(row)["message"] == "verifier tampering: changed /usr/bin/bash; reward.txt changed after test.sh exited"
 
 
 def test_fail_makes_the_row_a_verifier_tampering_failure_with_no_reward(tmp_path):

@@ -16,6 +16,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefect_harbor.bounds import bounded
+from prefect_harbor.outcome import Counts, figure, table_row
 
 RowStatus = Literal["success", "failure", "cancelled"]
 #: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
@@ -145,6 +146,7 @@ class SweepSummary(BaseModel):
     failure: int
     cancelled: int
     mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
+    rewarded: int = Field(default=0, description="Rows scored above zero.")
     per_task: dict[str, TaskScore]
     verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
@@ -153,9 +155,13 @@ class SweepSummary(BaseModel):
     def headline(self) -> str:
         """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
         counts = f"{self.rows} rows: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
-        mean = "no row was scored" if self.mean_reward is None else f"mean reward {self.mean_reward:.3g}"
+        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}"
         tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
         return f"{counts}; {mean}{tampering} — results at {self.results_uri}"
+
+    def counts(self) -> Counts:
+        """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""
+        return Counts(rows=self.rows, rewarded=self.rewarded, failed=self.failure, cancelled=self.cancelled, mean_reward=self.mean_reward)
 
 
 class _Mean:
@@ -187,6 +193,8 @@ class RunTally:
         self.statuses: Counter[str] = Counter()
         #: Rows with evidence of verifier tampering.
         self.tampered = 0
+        #: Rows scored above zero.
+        self.rewarded = 0
         self.overall = _Mean()
         self.per_task: dict[str, _Mean] = defaultdict(_Mean)
         self.failures_kept = failures_kept
@@ -205,11 +213,9 @@ class RunTally:
     def add(self, result: RowResult) -> None:
         self.statuses[result.status] += 1
         self.tampered += bool(result.verifier_tampering)
+        self.rewarded += int(result.reward is not None and result.reward > 0)
         if len(self.first_rows) < self.rows_kept:
-            self.first_rows.append(
-                {"row": result.row_id, "task": result.task, "status": result.status, "reward": result.reward,
-                 "category": result.err_category, "message": (result.err_message or "")[:200] or None, "index": result.row_index}
-            )  # fmt: skip
+            self.first_rows.append(table_row(result) | {"index": result.row_index})
         self.overall.add(result.reward)
         self.per_task[result.task or "(none)"].add(result.reward)
         if result.status == "failure":
@@ -238,6 +244,7 @@ class RunTally:
             cancelled=self.statuses["cancelled"],
             mean_reward=self.overall.mean,
             verifier_tampering=self.tampered,
+            rewarded=self.rewarded,
             per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
             **extra,
         )

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import shutil
 import uuid
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
 from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
+from prefect_harbor.secrets import Redactor
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
 from prefect_harbor.trial.verifier_isolation import isolate_verifier
@@ -465,11 +467,26 @@ def _is_number(value: object) -> bool:
 
 def verifier_output_tail(trial_dir: Path, lines: int = 20, limit: int = 1500) -> str:
     """The end of what the verifier printed (test-stdout.txt), to say why it wrote no usable reward."""
-    text = read_tail(trial_dir / "verifier" / "test-stdout.txt").rstrip()
-    if not text:
-        return "; the verifier printed nothing"
-    tail = "\n".join(text.splitlines()[-lines:])[-limit:]
-    return f"; the verifier's output ends:\n{tail}"
+    tail = verifier_output(trial_dir, lines=lines, max_bytes=limit)
+    return f"; the verifier's output ends:\n{tail}" if tail else "; the verifier printed nothing"
+
+
+def verifier_output(trial_dir: Path, redactor: Redactor = Redactor(), lines: int = 20, max_bytes: int = 4096) -> str:
+    """The last ``lines`` lines the verifier printed (``verifier/test-stdout.txt``), at most ``max_bytes`` of them, redacted.
+
+    Read from the end: the output is as long as the task (and an agent's leftovers) make it.
+    The read starts a secret's length earlier than the window, so a secret the window's start
+    cuts is read whole, redacted, and only then cut."""
+    margin = max((len(secret.encode()) for secret in redactor.secrets), default=0)
+    try:
+        with (trial_dir / "verifier" / "test-stdout.txt").open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - max_bytes - margin))
+            data = file.read()
+    except OSError:
+        return ""
+    text = redactor.text(data.decode(errors="replace")).rstrip()
+    text = text.encode()[-max_bytes:].decode(errors="ignore")
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _verifier_message(error) -> str:

@@ -27,7 +27,7 @@ from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
 
-from tasks_factory import BASE_IMAGE, write_task
+from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 
 pytestmark = pytest.mark.integration
 
@@ -41,18 +41,6 @@ def marked_processes(marker: str) -> list[int]:
         except OSError:
             pass
     return found
-
-
-def slow_and_queued(tmp_path: Path, marker: str) -> Path:
-    """Two rows that sleep in their sandbox (marked), three that will still be queued."""
-    tasks = tmp_path / "tasks"
-    write_task(tasks, "slow", solve=f"bash -c 'sleep 600 & wait' {marker}")
-    for n in range(3):
-        write_task(tasks, f"quick{n}")
-    dataset = tmp_path / "rows.jsonl"
-    rows = [("s1", "slow"), ("s2", "slow"), ("q0", "quick0"), ("q1", "quick1"), ("q2", "quick2")]
-    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in rows))
-    return dataset
 
 
 async def running_sweep_of(dataset: Path):
@@ -268,11 +256,16 @@ async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
 
 
 @pytest.mark.usefixtures("prefect_server")
-async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_path):
+async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_path, monkeypatch):
     """Prefect's Retry (the UI's button: AwaitingRetry, then the same flow run again) continues
-    that run's folder, keeping its finished rows, instead of starting a second one."""
+    that run's folder, keeping its finished rows, instead of starting a second one; it keeps the
+    run's name, and its report says which rows ran again (their first task runs are superseded)."""
+    from datetime import datetime, timedelta
+
     from prefect.flow_engine import run_flow_async
     from prefect.states import AwaitingRetry
+
+    from prefect_harbor.flows import reporting
 
     marker = f"retry-{os.getpid()}"
     tasks = tmp_path / "tasks"
@@ -293,8 +286,21 @@ async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_pa
     async with get_client() as client:
         await client.set_flow_run_state(run.id, AwaitingRetry(), force=True)
         again = await client.read_flow_run(run.id)
+
+    class HoursLater(datetime):  # the Retry comes later: a name made afresh would differ
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(hours=3)
+
+    monkeypatch.setattr(reporting, "datetime", HoursLater)
+    first_name = again.name  # a str: the engine renames the object it is given
     state = await run_flow_async(evaluation_sweep, flow_run=again, parameters=parameters, return_type="state")
     assert state.is_completed(), state
+    async with get_client() as client:
+        assert (await client.read_flow_run(run.id)).name == first_name, "the retry renamed the run"
+        reports = [a for a in await client.read_artifacts() if a.flow_run_id == run.id and a.key == reporting.REPORT_KEY]
+    report = max(reports, key=lambda a: a.created).data
+    assert "## Rows run again" in report and "ran again: their earlier task runs (Cancelled) are superseded" in report and report.count(": b.") == 1, report
     assert [m.parent for m in (tmp_path / "results").glob("*/manifest.json")] == [folder], "the retry started a second run folder"
     rows = {r["row_id"]: r for r in pq.read_table(folder / "results.parquet").to_pylist()}
     assert {k: r["status"] for k, r in rows.items()} == {"a": "success", "b": "success"}

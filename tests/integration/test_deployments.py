@@ -34,13 +34,18 @@ def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: s
 def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tmp_path):
     deployment = wait_for_deployment(ui_server, "sweep")
     assert {"dataset", "backend", "backend_block", "results", "storage", "storage_block", "concurrency"} <= set(deployment["parameter_openapi_schema"]["properties"])
+    # The same wherever `serve` was started (a file path would be relative to its folder).
+    assert deployment["entrypoint"] == "prefect_harbor.flows.sweep.evaluation_sweep"
     run = subprocess.run(
         [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={EXAMPLE_DATASET}",
          "--param", "backend_block=deploy-examples", "--param", f"results={tmp_path / 'on-demand'}", "--watch"],
         env=served, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "COMPLETED" in run.stdout.upper()
+    # What the README promises --watch shows: the headline among the run's lines, and the counts at its end.
+    shown = " ".join(run.stdout.split())  # as printed, wrapped to the console's width
+    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 — results at" in shown, run.stdout[-3000:]
+    assert shown.endswith("Flow run finished successfully in '6/7 rewarded, mean 0.857'."), run.stdout[-500:]
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)
 
@@ -100,11 +105,13 @@ def test_the_scheduled_sweep_fires(ui_server, served, serve_process):
 
 def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sandbox_deadline: float) -> tuple[float, float]:
     """Start the `sweep` deployment on two slow rows and three queued ones, cancel it with
-    `prefect flow-run cancel` once both slow trials run; check every row ends `cancelled`.
+    `prefect flow-run cancel` once both slow trials run; check every row ends `cancelled`, and
+    that the run ends with the sweep's headline although its runner forces a Cancelled state of its own.
 
     Returns seconds from the cancel request to the last sandbox gone and to CANCELLED.
     """
-    from test_cancellation import marked_processes, slow_and_queued
+    from tasks_factory import slow_and_queued
+    from test_cancellation import marked_processes
 
     marker = f"cancel-{name}-{os.getpid()}"
     dataset = slow_and_queued(tmp_path, marker)
@@ -129,9 +136,30 @@ def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sand
     while (state := httpx.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state_type"]) != "CANCELLED":
         assert time.monotonic() - requested < 90, state
         time.sleep(0.5)
+    cancelled_after = time.monotonic() - requested
     (results,) = (tmp_path / "results").glob("*/results.parquet")
     assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
-    return gone_after, time.monotonic() - requested
+    final = wait_for_the_headline(base, flow_run_id)
+    assert (final["type"], final["name"]) == ("CANCELLED", "0/5 rewarded, 5 cancelled")
+    logs = httpx.post(f"{base}/api/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run_id]}, "timestamp": {"after_": final["timestamp"]}}}).json()
+    assert not [log["message"] for log in logs if "Downloading flow code" in log["message"]]
+    return gone_after, cancelled_after
+
+
+def wait_for_the_headline(base: str, flow_run_id: str, timeout: float = 120) -> dict:
+    """The run's final state once its runner's own Cancelled state came and the sweep's headline is back (and stayed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}).json(), key=lambda s: s["timestamp"])
+        runners = any(s["message"] == "Flow run was cancelled successfully." for s in states)
+        if runners and (states[-1]["message"] or "").startswith("Sweep cancelled ("):
+            break
+        assert time.monotonic() < deadline, [(s["type"], s["name"], (s["message"] or "")[:80]) for s in states]
+        time.sleep(0.5)
+    time.sleep(3)
+    after = httpx.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state"]
+    assert after["id"] == states[-1]["id"], f"the headline did not stay: {after['message']}"
+    return after
 
 
 def test_cancelling_a_served_run_stops_its_trials_within_the_grace_period(ui_server, served, tmp_path):

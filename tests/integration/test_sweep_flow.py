@@ -100,18 +100,22 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
         (flow_run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
         states = {r.name: r.state for r in await client.read_task_runs() if r.flow_run_id == flow_run.id and r.name.startswith("row")}
         artifacts = {a.key: a for a in await client.read_artifacts() if a.flow_run_id == flow_run.id}
-    assert (states["row good"].type.value, states["row good"].message) == ("COMPLETED", "reward 1")
-    assert (states["row zero"].type.value, states["row zero"].message) == ("COMPLETED", "reward 0")
-    assert states["row unknown-task"].type.value == "FAILED"
+    assert (states["row good"].type.value, states["row good"].name, states["row good"].message) == ("COMPLETED", "Reward 1", "reward 1")
+    assert (states["row zero"].type.value, states["row zero"].name, states["row zero"].message) == ("COMPLETED", "Reward 0", "reward 0")
+    assert (states["row unknown-task"].type.value, states["row unknown-task"].name) == ("FAILED", "Validation error")
     assert states["row unknown-task"].message.startswith("validation_error: unknown harbor task id 'nope'")
     assert states["row unknown-task"].message.endswith("; archive " + rows["unknown-task"]["artifact_uri"])
     assert flow_run.state.is_completed() and flow_run.state.message == summary.headline()
+    assert flow_run.state.name == "1/6 rewarded, 4 failed, mean 0.5"
     assert summary.headline().startswith("6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 — results at file://")
     assert flow_run.name.startswith("oracle-rows-"), flow_run.name
     assert {"agent:oracle", "mode:dataset"} <= set(flow_run.tags)
     table = json.loads(artifacts[ROWS_KEY].data)
     assert [row["row"] for row in table] == ["good", "zero", "unknown-task", "escape", "no-task", malformed["row_id"]]
-    assert table[2] | {"message": None} == {"row": "unknown-task", "task": "nope", "status": "failure", "reward": None, "category": "validation_error", "message": None}
+    assert table[2] | {"message": None} == {
+        "row": "unknown-task", "task": "nope", "status": "failure", "reward": None, "category": "validation_error",
+        "archive": rows["unknown-task"]["artifact_uri"], "message": None,
+    }  # fmt: skip
     assert "a local file on the machine that ran the sweep" in artifacts[RESULTS_LINK_KEY].data
 
 

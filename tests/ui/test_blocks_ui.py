@@ -4,8 +4,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from paths import EXAMPLE_TASKS
@@ -89,3 +91,90 @@ def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, 
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PREFECT_API_URL": f"{registered}/api"}, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.split() == ["oracle", "template", "reward-txt"]
+
+
+#: Blocks the form saves without a word ("Block created successfully"): (tasks dir, agent, workflow agent, what is wrong).
+BAD_BLOCKS = {
+    "ui-no-agent": (EXAMPLE_TASKS, None, None, "agent: set a native agent, or workflow_agent ('module:Class'), or a bundle= wheel that provides one"),
+    "ui-no-tasks-dir": ("/nonexistent/prefect-harbor-tasks", "oracle", None, "tasks_dir: /nonexistent/prefect-harbor-tasks is not a directory"),
+    "ui-orcale": (EXAMPLE_TASKS, None, "orcale", "workflow_agent: 'orcale' is not an import path 'module:Class'"),
+}
+
+
+def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None, workflow_agent: str | None) -> None:
+    page.goto(f"{base}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
+    page.get_by_text("Block Name").first.wait_for(timeout=30_000)
+    fields = page.locator("input, textarea")  # in schema order: name, Tasks Directory, Workflow Agent (Task Mode and Agent are lists)
+    fields.nth(0).fill(name)
+    fields.nth(1).fill(str(tasks_dir))
+    if agent:
+        choose(page, "Agent", agent)
+    if workflow_agent:
+        fields.nth(2).fill(workflow_agent)
+    page.get_by_role("button", name="Create").click()
+    page.wait_for_url("**/blocks/block/**", timeout=90_000, wait_until="commit")  # saved ("Block created successfully"), and shown
+
+
+def pick_in_the_run_form(page, base: str, deployment_id: str, dataset: str, block: str) -> str:
+    """The sweep's run form with ``dataset`` and the Harbor Backend block ``block`` picked in its picker, submitted:
+    the name the form gave the run."""
+    page.goto(f"{base}/deployments/deployment/{deployment_id}/run", wait_until="networkidle")
+    page.get_by_text("Parameters").first.wait_for(timeout=30_000)
+    given_name = page.locator("input").first.input_value()  # the form's Run Name, a random one
+    page.locator("textarea").nth(0).fill(dataset)
+    page.get_by_role("button", name="HarborBackend", exact=True).click()
+    page.locator(".p-select-button__control").first.focus()  # the picker is the form's first list
+    page.keyboard.press("ArrowDown")
+    page.locator(".p-select-option").filter(has_text=re.compile(rf"^\s*{re.escape(block)}\s*$")).first.click()
+    assert page.locator("textarea").nth(0).input_value() == dataset
+    for _ in range(3):  # a server whose SQLite a busy neighbour locks answers 503, the form says "Oops": submit again
+        page.get_by_role("button", name="Submit").click()
+        for _ in range(30):
+            if runs_of_dataset(base, deployment_id, dataset):
+                return given_name
+            page.wait_for_timeout(1000)
+    raise AssertionError("the run form created no run in three tries")
+
+
+def runs_of_dataset(base: str, deployment_id: str, dataset: str) -> list[dict]:
+    every = httpx.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}, timeout=30).json()
+    return [run for run in every if run["parameters"].get("dataset") == dataset]
+
+
+def test_a_bad_block_saved_in_the_ui_is_named_by_check_and_through_the_run_forms_picker(registered, served, browser, screenshots, tmp_path):
+    """The form saves what the sweep refuses: `check` says what is wrong with each block, and a run whose block was
+    picked in the form fails in the same words as one given the block's name, named and tagged after it."""
+    from deployment_helpers import BIN, wait_for_deployment
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    said = {}
+    for name, (tasks_dir, agent, workflow_agent, problem) in BAD_BLOCKS.items():
+        create_in_the_form(page, registered, name, tasks_dir, agent, workflow_agent)
+        check = subprocess.run([str(BIN / "prefect-harbor"), "check", "--backend-block", name], env=served, capture_output=True, text=True, timeout=120)
+        assert check.returncode == 2, check.stdout + check.stderr
+        said[name] = " ".join(check.stderr.split())
+        assert f"backend_block '{name}' is not a valid Harbor Backend block: {problem}" in said[name], said[name]
+        assert said[name].endswith("edit it (UI: Blocks) and save it again.")
+    page.screenshot(path=screenshots / "bad-block-saved.png", full_page=True)
+
+    deployment = wait_for_deployment(registered, "sweep")
+    dataset = str(tmp_path / "picked.jsonl")
+    given_name = pick_in_the_run_form(page, registered, deployment["id"], dataset, "ui-no-tasks-dir")
+    deadline = time.monotonic() + 240
+    while (run := runs_of_dataset(registered, deployment["id"], dataset)[0])["state_type"] not in ("FAILED", "COMPLETED", "CRASHED"):
+        assert time.monotonic() < deadline, f"the run with the picked block did not finish: {run['name']} {run['state_type']}"
+        time.sleep(1)
+    message = run["state"]["message"]
+    assert run["state_type"] == "FAILED" and "ParameterTypeError" not in message, message
+    by_name = said["ui-no-tasks-dir"].split("backend_block ", 1)[1]
+    assert message.endswith(f"backend {by_name}"), (message, by_name)
+    # Renamed from the form's random name, as a run given the block's name is; and tagged.
+    assert run["name"] != given_name and run["name"].startswith("ui-no-tasks-dir-picked-") and "backend:ui-no-tasks-dir" in run["tags"], (run["name"], run["tags"])
+
+    page.goto(f"{registered}/runs/flow-run/{run['id']}", wait_until="networkidle")  # its name, its tag, and in its log the reason
+    page.get_by_text("backend:ui-no-tasks-dir").first.wait_for(timeout=30_000)
+    page.get_by_text("is not a valid Harbor Backend block").first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "bad-block-picked-run.png", full_page=True)
+    shown = page.locator("body").inner_text()
+    assert run["name"] in shown and f"backend {by_name}" in " ".join(shown.split()), shown[-3000:]
+    page.close()

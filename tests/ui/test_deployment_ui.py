@@ -5,7 +5,7 @@ import time
 import httpx
 import pytest
 
-from deployment_helpers import wait_for_deployment
+from deployment_helpers import wait_for_deployment, wait_until
 from paths import EXAMPLE_DATASET
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -49,4 +49,55 @@ def test_the_run_form_starts_a_sweep_whose_page_shows_rows_and_artifacts(ui_serv
     for key in ("evaluation-sweep-summary", "evaluation-sweep-report", "evaluation-sweep-progress", "evaluation-sweep-results"):
         assert key in text, f"artifact {key} not shown on the run page"
     page.screenshot(path=screenshots / "flow-run-artifacts.png", full_page=True)
+    page.close()
+
+
+#: The message Prefect's runner forces on a run it cancelled, replacing the sweep's own (Prefect 3.9).
+RUNNERS_MESSAGE = "Flow run was cancelled successfully."
+
+
+def states_of(base: str, flow_run_id: str) -> list[dict]:
+    return sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30).json(), key=lambda s: s["timestamp"])
+
+
+def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served, browser, screenshots, tmp_path):
+    """Cancel in the UI: the sweep records its rows and ends Cancelled with its headline; the serve process's
+    runner then forces its own Cancelled state ("Flow run was cancelled successfully."). The headline must be
+    what the run ends with, the cancel no ERROR, and nothing logged after it but the hook that keeps it."""
+    from deployment_helpers import save_backend
+    from tasks_factory import slow_and_queued
+
+    dataset = slow_and_queued(tmp_path, f"ui-cancel-{tmp_path.name}")  # two slow rows (both lanes), three queued
+    save_backend(served, "ui-cancel-slow", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
+    deployment = wait_for_deployment(ui_server, "sweep")
+    parameters = {"dataset": str(dataset), "backend_block": "ui-cancel-slow", "results": str(tmp_path / "results")}
+    run = httpx.post(f"{ui_server}/api/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30).json()
+    wait_until(lambda: any('"running": 2' in s.read_text() for s in (tmp_path / "results").glob("*/status.json")), 240, "both slow rows to run")
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
+    page.get_by_role("button", name="Cancel", exact=True).first.click()
+    page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
+    # The runner's state comes after the sweep's own; then the sweep's headline must be back, and stay.
+    wait_until(lambda: any(s["message"] == RUNNERS_MESSAGE for s in states_of(ui_server, run["id"])), 120, "the runner's Cancelled state")
+    final = wait_until(lambda: (s := states_of(ui_server, run["id"])[-1])["message"].startswith("Sweep cancelled") and s, 90, "the headline back")
+    time.sleep(5)
+    assert states_of(ui_server, run["id"])[-1]["id"] == final["id"], "the headline did not stay"
+    assert final["type"] == "CANCELLED" and final["name"] == "0/5 rewarded, 5 cancelled", final
+    assert "5 rows: 0 success, 0 failure, 5 cancelled" in final["message"]
+
+    page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
+    page.get_by_text("0/5 rewarded, 5 cancelled").first.wait_for(timeout=30_000)
+    page.get_by_text("Details", exact=True).first.click()
+    page.get_by_text("State Message").first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "cancelled-run-headline.png", full_page=True)
+    details = page.locator("body").inner_text()
+    assert "Sweep cancelled (" in details and RUNNERS_MESSAGE not in details, details[-1500:]
+
+    page.get_by_text("Logs", exact=True).first.click()
+    page.get_by_text("Finished in state 0/5 rewarded, 5 cancelled", exact=False).first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "cancelled-run-logs.png", full_page=True)
+    logs = page.locator("body").inner_text()
+    assert "Downloading flow code" not in logs, "the serve process downloaded the flow's folder after the cancel"
+    assert "ERROR" not in logs.split(), "an intended cancel is logged at ERROR"
     page.close()
