@@ -5,9 +5,10 @@ first process of the container whose environment holds ``MARKER`` (the ``NAME=va
 one ``podman exec`` runs with), waits on its pidfd, and prints the time it exited (ns since the
 epoch), or an empty line when it never saw it; closing its stdin tells it the exec is over.
 ``podman exec`` itself returns tens of milliseconds after its process exits, and a thread of
-the sweep, sharing the event loop's GIL, polls too slowly to see a ``test.sh`` of a few milliseconds: a process of its own, reading
-only the container's cgroup and ``/proc``, sees it. Standard library only, so it starts in
-milliseconds (``-S``: no site packages).
+the sweep, sharing the event loop's GIL, polls too slowly to see a ``test.sh`` of a few
+milliseconds: a process of its own, reading only the container's cgroup and ``/proc``, and
+scheduled ahead of the rest (:func:`hurry`; on a loaded machine without it, 1 run in 8 went
+unseen), sees it. Standard library only, so it starts in milliseconds (``-S``: no site packages).
 """
 
 from __future__ import annotations
@@ -118,7 +119,24 @@ def exit_time(init_pid: int, marker: str, stdin: int, ready: Callable[[], None] 
         os.close(pidfd)
 
 
+def hurry() -> str:
+    """Be scheduled as soon as a scan is due, even on a busy machine: real-time (the lowest
+    priority of ``SCHED_FIFO``) when allowed, else a lower nice value, else as it is. Between
+    scans it sleeps, and once it has the process it only waits, so it takes little CPU."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(os.sched_get_priority_min(os.SCHED_FIFO)))
+        return "real-time"
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.nice(-10)
+        return "nice -10"
+    except OSError:
+        return "normal"
+
+
 if __name__ == "__main__":
+    hurry()
     told = False
 
     def say_ready() -> None:
