@@ -43,10 +43,15 @@ def _pids(procs: str) -> list[int]:
         return []
 
 
-def _started(pid: int) -> int:
+def _stat(pid: int) -> list[bytes]:
+    """``/proc/PID/stat``'s fields after the command name: state, parent, …, start time (index 19)."""
     with open(f"/proc/{pid}/stat", "rb") as handle:
         line = handle.read(4096)
-    return int(line[line.rindex(b")") + 2 :].split()[19])
+    return line[line.rindex(b")") + 2 :].split()
+
+
+def _started(pid: int) -> int:
+    return int(_stat(pid)[19])
 
 
 def _marked(pid: int, needle: bytes) -> bool:
@@ -60,23 +65,31 @@ def _comm(pid: int) -> bytes:
 
 
 def find(procs: str, needle: bytes, over: Callable[[], bool], ready: Callable[[], None] = lambda: None) -> tuple[int, int] | None:
-    """The oldest process listed in ``procs`` carrying ``needle``: (pid, start), until ``over()``;
-    ``ready()`` is called after the first look."""
+    """The exec's first process listed in ``procs``: the one carrying ``needle`` whose parent
+    does not (its children inherit the marker, and exit before it): (pid, start), until
+    ``over()``; ``ready()`` is called after the first look."""
     seen: set[int] = set()
     while not over():
-        marked = []
+        marked: dict[int, tuple[int, int]] = {}
         for pid in _pids(procs):
             if pid in seen:
                 continue
             try:
-                if _marked(pid, needle):
-                    marked.append((_started(pid), pid))
-                elif not _comm(pid).startswith(b"runc"):  # runc's own becomes the exec's process when it execs
+                # The name first: runc's own process becomes the exec's when it execs, and a name
+                # read after that exec comes with the new environment (read before, an old
+                # environment and a new name would have put the exec's process among the seen).
+                if _comm(pid).startswith(b"runc"):
+                    continue
+                if not _marked(pid, needle):
                     seen.add(pid)
-            except (OSError, ValueError):
+                    continue
+                fields = _stat(pid)
+                marked[pid] = (int(fields[1]), int(fields[19]))
+            except (OSError, ValueError, IndexError):
                 continue
-        if marked:
-            started, pid = min(marked)
+        roots = [(started, pid) for pid, (parent, started) in marked.items() if parent not in marked]
+        if roots:
+            started, pid = min(roots)
             return pid, started
         ready()
         time.sleep(0.0005)

@@ -39,3 +39,12 @@ def test_a_process_never_seen_gives_no_time():
     helper = clock(f"PH_EXIT_CLOCK_TEST={secrets.token_hex(8)}")
     time.sleep(0.05)
     assert told(helper) == b""
+
+
+def test_the_exec_is_timed_by_its_first_process_not_by_a_child_that_exits_sooner():
+    marker = f"PH_EXIT_CLOCK_TEST={secrets.token_hex(8)}"
+    helper = clock(marker)
+    started = time.time_ns()
+    subprocess.run(["sh", "-c", "sleep 0.05; sleep 0.3; true"], env={"PATH": os.defpath, marker.split("=")[0]: marker.split("=")[1]}, check=True)
+    time.sleep(0.2)
+    assert int(told(helper)) > started + 340_000_000, "the child sleep 0.05 carries the marker too, and exits first"
