@@ -29,7 +29,8 @@ The last line is ``ratio=<sweep/harbor wall> overhead_ms=<...> peak_rss_mb=<...>
 loop_p99_ms=<the sweep's loop lag p99>``.
 Options: ``--interleave`` (each runner's rows in two halves, Harbor, sweep, sweep, Harbor, the
 sweep's halves batched as the whole would be; their figures add up), ``--rows-per-task-run K``
-(the sweep's batching; default its own), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
+(the sweep's batching; default its own), ``--attempts K`` (each row K times: Harbor's ``n_attempts``, the sweep's ``attempts``; the
+per-row figures are then per trial, and both runners' pass@k are printed), ``--skip-harbor``, ``--profile FILE`` (pyinstrument on the sweep's event-loop
 thread, must be installed), ``--cancel-after S`` (SIGTERM the sweep after S seconds and
 time its exit), ``--settle S`` (how long to wait for the server's task-run count).
 """
@@ -131,7 +132,7 @@ async def run_harbor(spec: dict) -> dict:
 
     scratch, tasks_dir = Path(spec["scratch"]), Path(spec["tasks_dir"])
     config = JobConfig(
-        job_name="bench", jobs_dir=scratch / "harbor-jobs", n_concurrent_trials=spec["concurrency"], quiet=True,
+        job_name="bench", jobs_dir=scratch / "harbor-jobs", n_concurrent_trials=spec["concurrency"], quiet=True, n_attempts=spec.get("attempts", 1),
         retry=RetryConfig(max_retries=0), environment=EnvironmentConfig(import_path=IMPORT_PATH),
         agents=[AgentConfig(name="oracle")],
         tasks=[TaskConfig(path=tasks_dir / name) for name in row_tasks(spec["rows"], spec["task_names"])],
@@ -146,6 +147,7 @@ async def run_harbor(spec: dict) -> dict:
         "trials": len(trials),
         "trial_sum_s": sum((t.finished_at - t.started_at).total_seconds() for t in trials if t.started_at and t.finished_at),
         "not_verified": sum(1 for t in trials if t.verifier_result is None),
+        "pass_at_k": {k: v for stats in result.stats.evals.values() for k, v in stats.pass_at_k.items()},
     }
 
 
@@ -159,8 +161,9 @@ async def run_sweep(spec: dict) -> dict:
     backend = sweep_backend(spec["concurrency"], scratch / "sweep-trials", Path(spec["tasks_dir"]))
     began = time.perf_counter()
     state = await evaluation_sweep(
-        dataset=str(dataset), backend=backend, results=str(scratch / "results"), rows_per_task_run=spec.get("rows_per_task_run"), return_state=True
-    )
+        dataset=str(dataset), backend=backend, results=str(scratch / "results"), rows_per_task_run=spec.get("rows_per_task_run"),
+        attempts=spec.get("attempts", 1), return_state=True,
+    )  # fmt: skip
     wall = time.perf_counter() - began
     summary = await state.result(raise_on_failure=False)
     table = pq.read_table(summary.results_uri.removeprefix("file://"), columns=["status", "total_sec"]).to_pydict()
@@ -171,6 +174,7 @@ async def run_sweep(spec: dict) -> dict:
         "rows_written": len(table["status"]),
         "statuses": {status: table["status"].count(status) for status in set(table["status"])},
         "trial_sum_s": sum(t for t in table["total_sec"] if t is not None),
+        "pass_at_k": summary.statistics.pass_at_k if summary.statistics else {},
     }
 
 
@@ -406,13 +410,13 @@ def merge(parts: list[dict]) -> dict:
 def main(arguments: argparse.Namespace) -> None:
     rows, concurrency = arguments.rows, arguments.concurrency
     scratch = Path(tempfile.mkdtemp(prefix="sweep-vs-harbor-", dir=arguments.scratch))
-    base_spec = {"rows": rows, "concurrency": concurrency, "tasks_dir": str(arguments.tasks.resolve()), "task_names": arguments.task}
+    base_spec = {"rows": rows, "concurrency": concurrency, "tasks_dir": str(arguments.tasks.resolve()), "task_names": arguments.task, "attempts": arguments.attempts}
     rows_per_task_run = arguments.rows_per_task_run
     if arguments.interleave and rows_per_task_run is None:  # each half batches as the whole sweep would
         from prefect_harbor.flows.lanes import default_rows_per_task_run
 
         rows_per_task_run = default_rows_per_task_run(rows, concurrency)
-    print(f"{rows} rows over {', '.join(arguments.task)} (oracle, dataset mode), concurrency {concurrency}, scratch {scratch}"
+    print(f"{rows} rows × {arguments.attempts} attempts over {', '.join(arguments.task)} (oracle, dataset mode), concurrency {concurrency}, scratch {scratch}"
           + (f"; interleaved (ABBA), {rows_per_task_run} rows per task run" if arguments.interleave else ""))  # fmt: skip
     print(f"load average before: {load()}")
     try:
@@ -436,7 +440,7 @@ def main(arguments: argparse.Namespace) -> None:
                 print(f"{mode}, {part_rows} rows: {result['wall_s']:.1f} s, load {load()}", flush=True)
             server = merge_checks([server_check(api, part["flow_run_id"], arguments.settle, scratch / "server.log") for part in runs["sweep"]])
         harbor = merge(runs["harbor"]) if runs["harbor"] else None
-        report(rows, concurrency, harbor, merge(runs["sweep"]), server)
+        report(rows * arguments.attempts, concurrency, harbor, merge(runs["sweep"]), server)
     finally:
         if arguments.keep:
             print(f"kept {scratch}")
@@ -469,6 +473,9 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
     row("event-loop lag p99 ms", "lag_p99_ms", "{:.1f}")
     if harbor:
         print(f"harbor: {harbor['trials']} trials, {harbor['not_verified']} without a verifier result")
+    for name, result in (("harbor", harbor), ("sweep", sweep)):
+        if result is not None and result.get("pass_at_k"):
+            print(f"{name} pass@k: " + ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(result["pass_at_k"].items(), key=lambda item: int(item[0]))))
     print(f"sweep: flow run {sweep['flow_run_id']} {sweep['state']}, {sweep['rows_written']} rows written {sweep['statuses']}")
     if "cancel_exit_s" in sweep:
         print(f"sweep cancelled by SIGTERM: process exited {sweep['cancel_exit_s']:.2f} s after the signal")
@@ -508,6 +515,7 @@ if __name__ == "__main__":
     parser.add_argument("--settle", type=float, default=120.0, help="seconds to wait for the server's task-run count")
     parser.add_argument("--scratch", type=Path, help="parent folder for trials, results and the server database")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--attempts", type=int, default=1, help="trials per row: Harbor's n_attempts, the sweep's attempts (figures are per trial)")
     parser.add_argument("--interleave", action="store_true", help="each runner's rows in two halves, in the order Harbor, sweep, sweep, Harbor")
     arguments = parser.parse_args()
     arguments.task = arguments.task or QUICK_TASKS

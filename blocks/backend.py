@@ -114,6 +114,12 @@ class HarborBackend(Block):
         description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits admitted; kept for compatibility.",
     )
     n_concurrent: int = Field(title="Trials at Once", default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
+    attempts: int = Field(
+        title="Attempts per Row",
+        default=1,
+        ge=1,
+        description="Independent trials per dataset row (Harbor's n_attempts): each attempt has its own result row and archive; pass@k is reported for k up to this.",
+    )
     task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
     reward_key: str = Field(
         default=reward_key.DEFAULT,

@@ -66,14 +66,14 @@ class ResultsStorage(WritableFileSystem):
         return await run_sync_in_worker_thread(self._read, path)
 
     @async_dispatch(aread_path)
-    def read_path(self, path: str) -> bytes:
+    def read_path(self, path: str) -> bytes:  # type: ignore[override]  # sync or async by the caller, as Prefect's LocalFileSystem
         return self._read(path)
 
     async def awrite_path(self, path: str, content: bytes) -> str:
         return await run_sync_in_worker_thread(self._write, path, content)
 
     @async_dispatch(awrite_path)
-    def write_path(self, path: str, content: bytes) -> str:
+    def write_path(self, path: str, content: bytes) -> str:  # type: ignore[override]  # as read_path
         return self._write(path, content)
 
     def _read(self, path: str) -> bytes:

@@ -1,11 +1,13 @@
-"""The sweep's lanes: rows admitted one at a time, each run as an asyncio task of its own.
+"""The sweep's lanes: attempts at rows admitted one at a time, each run as an asyncio task of its own.
 
-``n_concurrent`` lanes each pull the next row from the dataset only when free, so a large
-dataset never becomes thousands of pending task runs. A lane runs its rows inside task runs
-of ``trials``, up to ``rows_per_task_run`` each (Prefect's cost per task run outweighs a
-quick trial's), or, on a distributed task runner, submits each row as a ``trial`` task run
-of its own. Every row is still its own asyncio task, so a partial cancel stops one row of a
-batch; whatever happens to a row (a result, a cancel, a crash), it reaches the recorder once.
+``n_concurrent`` lanes each pull the next attempt (``rows/attempts.py``: a row's ``attempts``
+units of work, one after the other) from the dataset only when free, so a large dataset never
+becomes thousands of pending task runs. A lane runs its attempts inside task runs of
+``trials``, up to ``rows_per_task_run`` each (Prefect's cost per task run outweighs a quick
+trial's), or, on a distributed task runner, submits each attempt as a ``trial`` task run of
+its own. Every attempt is still its own asyncio task, so a partial cancel stops one row (all
+its attempts) of a batch; whatever happens to an attempt (a result, a cancel, a crash), it
+reaches the recorder once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.tasks import Archiver, lane_task, run_trial, trial_and_archive
@@ -54,6 +57,8 @@ class LanePlan:
     rows_per_task_run: int
     #: A non-default task runner (Dask): each row is submitted as its own task run.
     distributed: bool
+    #: Attempts per row (task runs are labelled ``row <id> #<attempt>`` when there are several).
+    attempts: int = 1
     row_task: Task = run_trial
     #: Options of the lanes' ``trials`` task runs (result persistence).
     batch_options: dict[str, Any] = field(default_factory=dict)
@@ -67,12 +72,13 @@ class LanePlan:
             # Prefect's own task results persist to the same storage (a saved block is required).
             # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
             persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
-            batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}.json")
-            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}.json")
+            batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}-{{parameters[first].attempt}}.json")
+            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}-{{parameters[attempt]}}.json")
         return cls(
             lanes=config.n_concurrent,
             rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.n_concurrent),
             distributed=not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner),
+            attempts=config.attempts,
             row_task=row_task,
             batch_options=batch_options,
         )
@@ -95,14 +101,15 @@ class TrialRunner:
     archiver: Archiver
     plan: LanePlan
 
-    async def __call__(self, row: Row, index: int, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
+    async def __call__(self, unit: RowAttempt, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
+        row, index, attempt = unit.row, unit.index, unit.attempt
         if not self.plan.distributed:
             return await trial_and_archive(
                 row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading,
-                quiet_success=self.plan.rows_per_task_run > 1,
+                attempt=attempt, quiet_success=self.plan.rows_per_task_run > 1,
             )  # fmt: skip
-        # Not quoted: the annotation would reach the worker unresolved. Pickled once per row.
-        future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver)
+        # Not quoted: the annotation would reach the worker unresolved. Pickled once per attempt.
+        future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, attempt)
         try:
             (result,) = await rows_of(future)
             return result
@@ -112,28 +119,28 @@ class TrialRunner:
 
 
 class Admission:
-    """The next row a free lane may run, read from the dataset only then; rows kept from a resumed run are skipped."""
+    """The next attempt a free lane may run, read from the dataset only then; attempts kept from a resumed run are skipped."""
 
-    def __init__(self, rows: Iterator[tuple[int, Row]], kept_indexes: frozenset[int], recorder: Recorder, scope: CancelScope):
-        self._rows = rows
-        self._kept_indexes = kept_indexes  # the kept rows themselves are in the tally and the store
+    def __init__(self, units: Iterator[RowAttempt], kept: frozenset[tuple[int, int]], recorder: Recorder, scope: CancelScope):
+        self._units = units
+        self._kept = kept  # the kept attempts themselves are in the tally and the store, by (row_index, attempt)
         self._recorder = recorder
         self._scope = scope
 
-    def __call__(self) -> tuple[int, Row] | None:
-        """The next row to run: None when done or stopping."""
+    def __call__(self) -> RowAttempt | None:
+        """The next attempt to run: None when done or stopping."""
         if self._scope.requested.is_set():
             return None
-        for index, row in self._rows:
-            if index in self._kept_indexes:
+        for unit in self._units:
+            if unit.key in self._kept:
                 self._recorder.skip()
                 continue
-            return index, row
+            return unit
         return None
 
-    def never_admitted(self) -> list[tuple[int, Row]]:
-        """The rows left when the sweep stopped (read now), kept rows excepted."""
-        return [(index, row) for index, row in self._rows if index not in self._kept_indexes]
+    def never_admitted(self) -> list[RowAttempt]:
+        """The attempts left when the sweep stopped (read now), kept ones excepted."""
+        return [unit for unit in self._units if unit.key not in self._kept]
 
 
 @dataclass
@@ -148,8 +155,8 @@ class Lanes:
     tracker: RowTracker
     scope: CancelScope
     logger: logging.Logger | logging.LoggerAdapter
-    #: Row id -> its asyncio task, while it runs.
-    _running: dict[str, asyncio.Task[RowResult]] = field(default_factory=dict, init=False)
+    #: (Row id, attempt) -> its asyncio task, while it runs.
+    _running: dict[tuple[str, int], asyncio.Task[RowResult]] = field(default_factory=dict, init=False)
     _batch_task: Task = field(init=False)
 
     def __post_init__(self) -> None:
@@ -161,75 +168,77 @@ class Lanes:
         await wait_or_cancel(lanes, self.scope, cancel=lambda: list(self._running.values()))
 
     def cancel(self, row_id: str) -> None:
-        """Stop one running row (a partial cancel); it is recorded as cancelled."""
-        if row_id in self._running:
-            self._running[row_id].cancel()
+        """Stop a row's running attempts (a partial cancel); they are recorded as cancelled."""
+        for (running_id, _), task in list(self._running.items()):
+            if running_id == row_id:
+                task.cancel()
 
     async def record_never_started(self) -> None:
-        """The rows no lane admitted before the sweep stopped: recorded as cancelled."""
+        """The attempts no lane admitted before the sweep stopped: recorded as cancelled."""
         never_started = self.admission.never_admitted()
         if never_started:
             await self.recorder.record_never_started(never_started)
-            for _, row in never_started:
-                self.tracker.set(row.id, "cancelled")
+            for unit in never_started:
+                self.tracker.set(unit.row.id, "cancelled", unit.attempt)
 
     async def _lane(self) -> None:
-        """Run rows one after another until the dataset is done or the sweep stops."""
-        while (item := self.admission()) is not None:
-            index, row = item
+        """Run attempts one after another until the dataset is done or the sweep stops."""
+        while (unit := self.admission()) is not None:
             if self.plan.distributed:
-                await self._start_row(index, row)
+                await self._start_row(unit)
                 continue
-            label = f"row {row.id}" if self.plan.rows_per_task_run == 1 else f"rows from {row.id}"
+            label = f"row {unit.label(self.plan.attempts)}" if self.plan.rows_per_task_run == 1 else f"rows from {unit.label(self.plan.attempts)}"
             try:
-                state = await self._batch_task(label, index, row, self.plan.rows_per_task_run, return_state=True)
+                state = await self._batch_task(label, unit.index, unit, self.plan.rows_per_task_run, return_state=True)
                 await rows_of(state)  # raises what the task run raised, if it did not return its rows' state
             except Exception as error:  # Prefect could not run the task run (its API is away): the rows it held are not lost
                 self.logger.exception(f"The task run for {label} failed")
-                if self.tracker.statuses.get(row.id) == "queued":
-                    self.tracker.set(row.id, "failure")
-                    await asyncio.shield(self.recorder.record(internal_error(row, index, error, self.trials.config)))
+                if self.tracker.attempts.get(unit.row.id, {}).get(unit.attempt) == "queued":
+                    self.tracker.set(unit.row.id, "failure", unit.attempt)
+                    await asyncio.shield(self.recorder.record(internal_error(unit, error, self.trials.config)))
 
-    async def _start_row(self, index: int, row: Row) -> RowResult:
-        """Run the row as its own asyncio task, so a partial cancel request can stop just this row."""
-        self._running[row.id] = asyncio.create_task(self._one_row(index, row))
+    async def _start_row(self, unit: RowAttempt) -> RowResult:
+        """Run the attempt as its own asyncio task, so a partial cancel request can stop just this row."""
+        key = (unit.row.id, unit.attempt)
+        self._running[key] = asyncio.create_task(self._one_row(unit))
         try:
-            return await self._running[row.id]
+            return await self._running[key]
         finally:
-            self._running.pop(row.id, None)
+            self._running.pop(key, None)
 
     def _deliberate(self, row: Row) -> bool:
         """Whether stopping this row was asked for: the whole sweep, or the row by a cancel request."""
         return self.scope.requested.is_set() or row.id in self.tracker.cancelled_ids
 
-    async def _one_row(self, index: int, row: Row) -> RowResult:
-        """The row's trial to its recorded result row, whatever happens to it."""
+    async def _one_row(self, unit: RowAttempt) -> RowResult:
+        """The attempt's trial to its recorded result row, whatever happens to it."""
         config, run = self.trials.config, self.trials.run
-        trial_name = trial_name_for(row.id)
+        row, index, attempt = unit.row, unit.index, unit.attempt
+        trial_name = trial_name_for(row.id, attempt)
         try:
             if self._deliberate(row):  # cancelled while queued, or the sweep stopped before the row began
-                result = cancelled_result(base_result(row, index, config), None, None, started=False)
+                result = cancelled_result(base_result(row, index, config, attempt), None, None, started=False)
             else:
-                self.tracker.set(row.id, "running")
-                result = await self.trials(row, index, trial_name, on_grading=lambda: self.tracker.set(row.id, "grading"))
+                self.tracker.set(row.id, "running", attempt)
+                result = await self.trials(unit, trial_name, on_grading=lambda: self.tracker.set(row.id, "grading", attempt))
         except asyncio.CancelledError:
             if not self._deliberate(row):
                 raise
             asyncio.current_task().uncancel()  # we asked for it: record the row, then finish
-            result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+            result = cancelled_result(base_result(row, index, config, attempt), run, trial_name, started=True)
         except Exception as error:  # a bug must cost one row, never the sweep
             if self._deliberate(row):
-                result = cancelled_result(base_result(row, index, config), run, trial_name, started=True)
+                result = cancelled_result(base_result(row, index, config, attempt), run, trial_name, started=True)
             else:
-                self.logger.exception(f"Row {row.id} crashed the trial task")
-                result = internal_error(row, index, error, config)
-        self.tracker.set(row.id, result.status)
+                self.logger.exception(f"Row {unit.label(self.plan.attempts)} crashed the trial task")
+                result = internal_error(unit, error, config)
+        self.tracker.set(row.id, result.status, attempt)
         return await asyncio.shield(self.recorder.record(result))
 
 
-def internal_error(row: Row, index: int, error: Exception, config: HarborBackend) -> RowResult:
-    """The result row of a row the sweep itself failed (a bug, or Prefect unable to run its task run)."""
-    return base_result(row, index, config).model_copy(
+def internal_error(unit: RowAttempt, error: Exception, config: HarborBackend) -> RowResult:
+    """The result row of an attempt the sweep itself failed (a bug, or Prefect unable to run its task run)."""
+    return base_result(unit.row, unit.index, config, unit.attempt).model_copy(
         update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
     )
 

@@ -20,7 +20,7 @@ from prefect.exceptions import MissingContextError
 
 from prefect_harbor.flows.reporting import Progress, RowsTable
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
-from prefect_harbor.rows.dataset import DatasetRow, RowProblem
+from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
@@ -66,9 +66,9 @@ class Recorder:
         await self.rows_table.advance()
         return result
 
-    async def record_never_started(self, rows: list[tuple[int, DatasetRow | RowProblem]]) -> None:
-        """Rows that never reached a sandbox are still result rows: ``cancelled``, in batches."""
-        await asyncio.to_thread(self._write_never_started, rows)
+    async def record_never_started(self, units: list[RowAttempt]) -> None:
+        """Attempts that never reached a sandbox are still result rows: ``cancelled``, in batches."""
+        await asyncio.to_thread(self._write_never_started, units)
 
     def summary(self, run_id: str, results_uri: str) -> SweepSummary:
         """The run's summary from the tally, naming any files the storage refused."""
@@ -87,9 +87,9 @@ class Recorder:
         except MissingContextError:
             return self.logger
 
-    def _write_never_started(self, rows: Iterable[tuple[int, DatasetRow | RowProblem]]) -> None:
+    def _write_never_started(self, units: Iterable[RowAttempt]) -> None:
         backend = self.archiver.backend
-        results = (cancelled_result(base_result(row, index, backend), None, None, started=False) for index, row in rows)
+        results = (cancelled_result(base_result(u.row, u.index, backend, u.attempt), None, None, started=False) for u in units)
         for chunk in itertools.batched(results, NEVER_STARTED_BATCH):
             self.store.write_rows(list(chunk))
             for result in chunk:

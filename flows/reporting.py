@@ -24,6 +24,7 @@ from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.configuration import is_reference, referenced_block_name
 from prefect_harbor.outcome import figure, rounded
 from prefect_harbor.storage.results import RunTally, SweepSummary
+from prefect_harbor.stats.render import comparison_markdown, statistics_markdown, summary_columns
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
@@ -121,10 +122,14 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
         "",
         f"Results: `{summary.results_uri}`",
     ]
-    if summary.verifier_tampering:
+    if summary.verifier_tampering and summary.statistics is None:  # the statistics say it otherwise
         lines += ["", f"**Verifier tampering**: {summary.verifier_tampering} row(s) with evidence that the agent tampered with its verifier (the `verifier_tampering` column)."]
     if summary.local_fallback:
         lines += ["", f"**Storage was unavailable**: {len(summary.unsent_files)} file(s) kept locally in `{summary.local_fallback}`."]
+    if summary.statistics is not None:
+        lines += ["", statistics_markdown(summary.statistics)]
+    if summary.comparison is not None:
+        lines += ["", comparison_markdown(summary.comparison, "Compared with this deployment's previous sweep")]
     lines += ["", "## Failures", ""]
     if not tally.failure_counts:
         lines.append("None.")
@@ -193,12 +198,14 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
         key=SUMMARY_KEY,
         table=[
             {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
-             "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward)},
-            *[{"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward)} for task, score in summary.per_task.items()],
+             "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
+            *[{"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)} for task, score in summary.per_task.items()],
         ],  # fmt: skip
-        description=f"Sweep {summary.run_id}: rows per status and mean reward (3 significant digits; the results table has them in full), overall and per task.",
+        description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost; 3 significant digits, summary.json has them in full), overall and per task.",
     )
-    await acreate_markdown_artifact(key=REPORT_KEY, markdown=report_markdown(summary, tally, superseded), description="Failures and slowest rows")
+    await acreate_markdown_artifact(
+        key=REPORT_KEY, markdown=report_markdown(summary, tally, superseded), description="How sure, what changed, what it cost; failures and slowest rows"
+    )
     if summary.results_uri.startswith(("http://", "https://")):
         await acreate_link_artifact(key=RESULTS_LINK_KEY, link=summary.results_uri, link_text="results.parquet", description="The results table")
     else:  # file:// and s3:// are not links a browser opens: say where the table is, to copy

@@ -35,6 +35,15 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{current_flow_run_id()[:8]}"
 
 
+def current_deployment_id() -> str | None:
+    """The deployment whose run this is, if a deployment started it (served, a worker's, scheduled or not)."""
+    try:
+        deployment_id = get_run_context().flow_run.deployment_id
+    except Exception:  # called outside a flow run
+        return None
+    return None if deployment_id is None else str(deployment_id)
+
+
 def current_flow_run_id() -> str:
     try:
         return str(get_run_context().flow_run.id)
@@ -88,17 +97,18 @@ class RunFolder:
             logger.warning(f"Could not check {root} for runs whose process died: {type(error).__name__}: {error}")
         return cls(store, run, options, resuming=bool(resume), logger=logger)
 
-    async def begin(self, info: DatasetInfo, configuration: dict, backend_block: str | None, rerun_of: str | None) -> dict[int, RowResult]:
-        """Mark the run Running (a resumed run checked and its finished rows returned, by index) and keep its heartbeat."""
+    async def begin(self, info: DatasetInfo, configuration: dict, backend_block: str | None, rerun_of: str | None) -> dict[tuple[int, int], RowResult]:
+        """Mark the run Running (a resumed run checked and its finished attempts returned, by row index and attempt) and keep its heartbeat."""
         self.manifest = RunManifest(
             run_id=self.run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
             dataset=info.model_dump(), configuration=configuration, backend_block=backend_block, versions=package_versions(), rerun_of=rerun_of,
+            deployment_id=current_deployment_id(),
         )  # fmt: skip
-        kept: dict[int, RowResult] = {}
+        kept: dict[tuple[int, int], RowResult] = {}
         if self.resuming:
             self.manifest, kept, self.superseded = await asyncio.to_thread(prepare_resume, self.store, self.manifest, info.fingerprint)
             again = f"; run again: {', '.join(self.superseded[:20])}{' …' if len(self.superseded) > 20 else ''}" if self.superseded else ""
-            self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished rows kept, {info.rows - len(kept)} to run{again}")
+            self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished attempts kept{again}")
         await asyncio.to_thread(self._beat)  # before the manifest says Running
         self._heartbeat = asyncio.create_task(self._keep_heartbeat())
         await asyncio.to_thread(self.store.write_manifest, self.manifest)

@@ -1,9 +1,10 @@
-"""Which rows a sweep runs: the dataset's first pass, an earlier run's failures, a resumed run's kept rows.
+"""Which rows and attempts a sweep runs: the dataset's first pass, an earlier run's failures, a resumed run's kept attempts.
 
 A sweep reads its dataset twice: once before anything runs (count, fingerprint, ids, the
-tasks to prewarm), then row by row as lanes free up. ``rerun_failed`` narrows both passes to
-an earlier run's failed and cancelled rows under new ids; ``resume`` keeps a run's finished
-rows, once its dataset and configuration are known to be the same.
+tasks to prewarm), then row by row as lanes free up, each row as its ``attempts`` units of
+work (``rows/attempts.py``). ``rerun_failed`` narrows both passes to an earlier run's failed
+and cancelled attempts, their rows under new ids; ``resume`` keeps a run's finished
+attempts, once its dataset and configuration are known to be the same.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
+from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.attempts import RowAttempt, expand
 from prefect_harbor.rows.dataset import DatasetInfo, DatasetRow, RowProblem, iter_rows
 from prefect_harbor.storage.manifest import RunManifest
 from prefect_harbor.storage.reading import DamagedFile
@@ -28,37 +33,59 @@ RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_di
 
 @dataclass(frozen=True)
 class Selection:
-    """The dataset's rows this run is about: what the first pass learned, and the rerun's new ids."""
+    """The dataset's rows this run is about: what the first pass learned, each row's attempts, and the rerun's new ids."""
 
     dataset: str
     info: DatasetInfo
+    #: Attempts per row.
+    attempts: int = 1
     #: Original id -> new id, when the run re-runs an earlier run's failures.
     reruns: dict[str, str] | None = None
+    #: New id -> the attempts it re-runs (those that failed or were cancelled), when the run re-runs failures.
+    rerun_attempts: dict[str, list[int]] | None = None
 
     @classmethod
     async def inspect(
         cls, dataset: str, rerun_failed: str | None, storage_options: dict[str, Any] | None, logger: logging.Logger | logging.LoggerAdapter,
+        attempts: int = 1,
     ) -> Selection:  # fmt: skip
-        """The first pass over the dataset (the ``inspect-dataset`` task), narrowed to ``rerun_failed``'s rows."""
+        """The first pass over the dataset (the ``inspect-dataset`` task), narrowed to ``rerun_failed``'s rows and attempts."""
         info = await asyncio.to_thread(inspect_dataset, dataset)
         if not rerun_failed:
-            return cls(dataset, info)
+            return cls(dataset, info, attempts)
         previous = RunStore.open(rerun_failed, storage_options)
-        reruns = await asyncio.to_thread(rerun_ids, previous, info.ids)
+        failed = await asyncio.to_thread(rerun_attempts, previous, info.ids)
+        reruns = {row_id: f"{row_id}~rerun" for row_id in failed}
         info = info.model_copy(update={"ids": list(reruns.values()), "rows": len(reruns)})
-        logger.info(f"Re-running {len(reruns)} failed or cancelled rows of {previous.uri()}")
-        return cls(dataset, info, reruns)
+        logger.info(f"Re-running {sum(map(len, failed.values()))} failed or cancelled attempts ({len(reruns)} rows) of {previous.uri()}")
+        return cls(dataset, info, attempts, reruns, {reruns[row_id]: numbers for row_id, numbers in failed.items()})
+
+    @property
+    def units(self) -> int:
+        """How many attempts this run is about: rows times attempts, or the attempts re-run."""
+        return self.info.rows * self.attempts if self.rerun_attempts is None else sum(map(len, self.rerun_attempts.values()))
+
+    @property
+    def tracked(self) -> int | dict[str, list[int]]:
+        """Each row's attempts, as the live status tracks them."""
+        return self.attempts if self.rerun_attempts is None else self.rerun_attempts
 
     def rows(self) -> Iterator[tuple[int, DatasetRow | RowProblem]]:
         """The second pass, streamed: ``(index, row)`` for every row of this run, in dataset order."""
         rows = iter_rows(self.dataset)
         return enumerate(rows if self.reruns is None else rerun_rows(rows, self.reruns))
 
+    def attempts_to_run(self) -> Iterator[RowAttempt]:
+        """Every attempt of this run, streamed: a row's attempts one after the other, rows in dataset order."""
+        return expand(self.rows(), self.attempts, self.rerun_attempts)
 
-def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> tuple[RunManifest, dict[int, RowResult], list[str]]:
-    """Check that the run can be continued; keep its finished rows, drop the rest: the resumed
-    manifest, the kept rows by index, and the ids of the recorded rows that will run again
-    (cancelled ones: their earlier task runs are superseded).
+
+def prepare_resume(
+    store: RunStore, manifest: RunManifest, fingerprint: str
+) -> tuple[RunManifest, dict[tuple[int, int], RowResult], list[str]]:
+    """Check that the run can be continued; keep its finished attempts, drop the rest: the resumed
+    manifest, the kept attempts by ``(row_index, attempt)``, and the ids of the recorded rows that
+    will run again (cancelled attempts: their earlier task runs are superseded).
 
     A damaged manifest (cut short by a crash) cannot be compared with: the run carries on with
     this run's manifest, saying so, rather than losing the rows its parts hold."""
@@ -78,24 +105,36 @@ def prepare_resume(store: RunStore, manifest: RunManifest, fingerprint: str) -> 
         raise ConfigurationError(f"resume: the dataset changed since run {previous.run_id} (its rows differ); resume with the same dataset or start a new sweep.")
     changed = sorted(
         key for key in {*previous.configuration, *manifest.configuration} - RESUMABLE_DIFFERENCES
-        if previous.configuration.get(key) != manifest.configuration.get(key)
+        if _configured(previous.configuration, key) != _configured(manifest.configuration, key)
     )  # fmt: skip
     if changed:
         raise ConfigurationError(f"resume: the backend configuration changed since run {previous.run_id} ({', '.join(changed)}); use the same configuration or start a new sweep.")
     recorded = store.read_results()
-    kept = {r.row_index: r for r in recorded if r.status in ("success", "failure")}
-    superseded = [r.row_id for r in sorted(recorded, key=lambda r: r.row_index) if r.row_index not in kept]
-    store.restart_from(list(kept.values()))
+    kept = {(r.row_index, r.attempt): r for r in recorded if r.status in ("success", "failure")}
+    dropped = sorted((r for r in recorded if (r.row_index, r.attempt) not in kept), key=lambda r: (r.row_index, r.attempt))
+    superseded = list(dict.fromkeys(r.row_id for r in dropped))
+    store.restart_from(list(kept.values()), dropped=dropped)
     resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
     return resumed, kept, superseded
 
 
-def rerun_ids(previous: RunStore, dataset_ids: list[str]) -> dict[str, str]:
-    """Original id -> new id for the previous run's failed and cancelled rows, in dataset order."""
-    failed = {r.row_id for r in previous.read_results() if r.status in ("failure", "cancelled")}
+def _configured(configuration: dict[str, Any], key: str) -> Any:
+    """A configuration's value for ``key``; a run from before the field existed ran with its default."""
+    if key in configuration:
+        return configuration[key]
+    field = HarborBackend.model_fields.get(key)
+    return None if field is None or field.is_required() else to_jsonable_python(field.get_default(call_default_factory=True))
+
+
+def rerun_attempts(previous: RunStore, dataset_ids: list[str]) -> dict[str, list[int]]:
+    """Original id -> the attempts that failed or were cancelled in the previous run, rows in dataset order."""
+    failed: dict[str, list[int]] = {}
+    for result in previous.read_results():
+        if result.status in ("failure", "cancelled"):
+            failed.setdefault(result.row_id, []).append(result.attempt)
     if not failed:
         raise ConfigurationError(f"rerun_failed: {previous.uri()} has no failed or cancelled rows (or no results).")
-    return {row_id: f"{row_id}~rerun" for row_id in dataset_ids if row_id in failed}
+    return {row_id: sorted(failed[row_id]) for row_id in dataset_ids if row_id in failed}
 
 
 def rerun_rows(rows: Iterable[DatasetRow | RowProblem], reruns: dict[str, str]) -> Iterator[DatasetRow | RowProblem]:

@@ -44,6 +44,7 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
+from prefect_harbor.flows import figures
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.trial.prewarm import PrewarmResult
@@ -80,6 +81,7 @@ async def evaluation_sweep(
     rerun_failed: str | None = None,
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
+    attempts: int | None = None,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -100,34 +102,37 @@ async def evaluation_sweep(
         rows_per_task_run: How many rows one Prefect task run may hold. Empty: one per row
             up to 40 rows at 4 at a time, then more (about ten task runs per lane, at most
             100 rows each), because Prefect's cost per task run outweighs a quick trial's.
+        attempts: Overrides the backend's attempts for this run: independent trials per row,
+            each with its own result row and archive (pass@k for k up to this).
 
     Rows run in ``n_concurrent`` lanes; a lane reads the next row from the dataset only
     when it is free, so a large dataset never becomes thousands of pending task runs.
-    Every row yields exactly one result row, whatever happens to it.
+    Every attempt at a row yields exactly one result row, whatever happens to it.
     """
     logger = get_run_logger()
-    config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger)
+    config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger, attempts)
     await remove_orphaned_containers(config, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
         folder = await RunFolder.open(config, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
-        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger)
-        tally, tracker = RunTally(), RowTracker(selection.info.ids)
+        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, config.attempts)
+        tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked)
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
-        kept_indexes = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
+        kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
+            await figures.open_job(folder, config, selection.units, runtimes.redactor, logger)
             run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
-            plan = LanePlan.of(config, storage, folder.run_id, selection.info.rows - len(kept_indexes), rows_per_task_run)
+            plan = LanePlan.of(config, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
             archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
-            views = Progress(selection.info.rows), RowsTable(tally, selection.info.rows)
+            views = Progress(selection.units), RowsTable(tally, selection.units)
             recorder = Recorder(folder.store, archiver, runtimes.redactor, *views, tally, logger)
             await recorder.start()
             announce(config, folder, selection, plan, logger)
             trials = TrialRunner(config, TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
             channel = ControlChannel(folder.store, tracker, logger)
-            scope = await run_lanes(plan, trials, selection, kept_indexes, recorder, channel, logger)
-            summary = await finalize(folder, recorder, channel, stopped=scope.requested.is_set())
+            scope = await run_lanes(plan, trials, selection, kept, recorder, channel, logger)
+            summary = await finalize(folder, recorder, channel, config, logger, stopped=scope.requested.is_set())
         except BaseException as error:
             await folder.fail(error, tally.rows)
             raise
@@ -136,6 +141,7 @@ async def evaluation_sweep(
 
 async def resolve_configuration(
     backend: HarborBackend | Reference | None, backend_block: str | None, concurrency: int | None, rows_per_task_run: int | None, logger: Logger,
+    attempts: int | None = None,
 ) -> tuple[HarborBackend, str | None]:  # fmt: skip
     """The backend this run uses (loaded by name or from the picker's reference, or the inline block
     re-validated) and its block's name.
@@ -149,6 +155,8 @@ async def resolve_configuration(
         )
     if rows_per_task_run is not None and rows_per_task_run < 1:
         raise ConfigurationError(f"rows_per_task_run: {rows_per_task_run} is not a row count; give 1 or more, or leave it empty for the default.")
+    if attempts is not None and attempts < 1:
+        raise ConfigurationError(f"attempts: {attempts} is not an attempt count; give 1 or more, or leave it empty for the backend's.")
     block_name = await backend_block_name(backend, backend_block)
     try:
         config = await resolve_backend(await picked(HarborBackend, backend, "backend"), backend_block)
@@ -160,6 +168,8 @@ async def resolve_configuration(
     await tag_run(tags, logger)
     if concurrency is not None:
         config = config.model_copy(update={"n_concurrent": concurrency})
+    if attempts is not None:
+        config = config.model_copy(update={"attempts": attempts})
     check_process_budget(config)
     return config, block_name
 
@@ -199,11 +209,11 @@ async def prepare_runtimes(config: HarborBackend, storage: ResultsStorage | None
     return Runtimes(bundle, mounts, Redactor.of(run_secrets(config, storage)))
 
 
-def count_kept(kept: dict[int, RowResult], tally: RunTally, tracker: RowTracker) -> frozenset[int]:
-    """A resumed run's finished rows, counted and their status known; only their indexes stay (the flow keeps no rows)."""
+def count_kept(kept: dict[tuple[int, int], RowResult], tally: RunTally, tracker: RowTracker) -> frozenset[tuple[int, int]]:
+    """A resumed run's finished attempts, counted and their status known; only their keys stay (the flow keeps no rows)."""
     for result in kept.values():
         tally.add(result)
-        tracker.set(result.row_id, result.status)
+        tracker.set(result.row_id, result.status, result.attempt)
     return frozenset(kept)
 
 
@@ -217,20 +227,21 @@ async def prewarm_tasks(config: HarborBackend, folder: RunFolder, task_ids: list
 def announce(config: HarborBackend, folder: RunFolder, selection: Selection, plan: LanePlan, logger: Logger) -> None:
     """The sweep's opening line, and where its rows run."""
     info = selection.info
+    attempts = f" × {config.attempts} attempts" if config.attempts > 1 else ""
     logger.info(
-        f"Sweep {folder.run_id}: {info.rows} rows from {selection.dataset} ({info.problems} unusable), {config.task_mode} mode, "
+        f"Sweep {folder.run_id}: {info.rows} rows{attempts} from {selection.dataset} ({info.problems} unusable), {config.task_mode} mode, "
         f"agent {config.agent_spec}, {config.n_concurrent} at a time; results under {folder.store.uri()}"
     )
     plan.announce(logger)
 
 
 async def run_lanes(
-    plan: LanePlan, trials: TrialRunner, selection: Selection, kept_indexes: frozenset[int], recorder: Recorder, channel: ControlChannel,
+    plan: LanePlan, trials: TrialRunner, selection: Selection, kept: frozenset[tuple[int, int]], recorder: Recorder, channel: ControlChannel,
     logger: Logger,
 ) -> CancelScope:  # fmt: skip
-    """Every row of the run to its result row, the control channel served meanwhile; the scope tells whether the sweep was stopped."""
+    """Every attempt of the run to its result row, the control channel served meanwhile; the scope tells whether the sweep was stopped."""
     async with CancelScope(get_run_context().flow_run.id, logger) as scope:
-        admission = Admission(selection.rows(), kept_indexes, recorder, scope)
+        admission = Admission(selection.attempts_to_run(), kept, recorder, scope)
         lanes = Lanes(plan, trials, admission, recorder, channel.tracker, scope, logger)
         control = asyncio.create_task(channel.serve(scope, lanes.cancel))
         try:
@@ -241,13 +252,13 @@ async def run_lanes(
     return scope
 
 
-async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChannel, stopped: bool) -> SweepSummary:
-    """The results table compacted, the final row status and manifest written; the run's summary."""
-    results_uri = await asyncio.to_thread(folder.store.finalize)
+async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChannel, config: HarborBackend, logger: Logger, stopped: bool) -> SweepSummary:
+    """The results table compacted, the final row status and manifest written; the run's summary, with its statistics (``summary.json``)."""
+    results_uri, table = await asyncio.to_thread(folder.store.compact)
     state = "Cancelled" if stopped else "Completed"
     await channel.publish_final(state)
     await folder.finish(state, results_uri, recorder.tally.rows)
-    return recorder.summary(folder.run_id, results_uri)
+    return await figures.close(folder, table, config, recorder.summary(folder.run_id, results_uri), logger)
 
 
 async def publish_summary(summary: SweepSummary, recorder: Recorder, scope: CancelScope, superseded: list[str], logger: Logger) -> State:

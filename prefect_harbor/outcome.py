@@ -58,14 +58,16 @@ def describe(result: RowResult) -> str:
 
 
 def row_line(result: RowResult) -> str:
-    """A row's log line: ``Row zero-1 (zero): success, reward 0; environment 1.2 s, …, total 3.4 s; archive file:///…``."""
+    """A row's log line: ``Row zero-1 (zero): success, reward 0; environment 1.2 s, …, total 3.4 s; archive file:///…``
+    (``Row zero-1 #2 (zero): …`` for a second attempt)."""
     if result.status == "success":
         what = "success, no reward" if result.reward is None else f"success, reward {result.reward:g}"
     else:  # ``failure, validation_error: …``; ``cancelled: cancelled while running``
         what = f"{result.status}, {result.err_category}: {result.err_message}" if result.err_category else f"{result.status}: {result.err_message}"
     what += tampering(result)
     archive = f"archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
-    return f"Row {result.row_id} ({result.task or 'no task'}): {what}; {timings(result)}; {archive}"
+    attempt = f" #{result.attempt}" if result.attempt > 1 else ""  # the task run's label: attempts after the first
+    return f"Row {result.row_id}{attempt} ({result.task or 'no task'}): {what}; {timings(result)}; {archive}"
 
 
 def tampering(result: RowResult) -> str:

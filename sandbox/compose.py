@@ -270,7 +270,7 @@ def _set_environment(service: Service, value: Any, context: _Context) -> None:
     if isinstance(value, dict):
         pairs = list(value.items())
     elif isinstance(value, list):
-        pairs = [tuple(str(item).split("=", 1)) if "=" in str(item) else (str(item), "") for item in value]
+        pairs = [(name, text) for name, _, text in (str(item).partition("=") for item in value)]
     else:
         raise ComposeNotSupported(f"{where}: give a mapping or a list of NAME=value.")
     service.environment = {str(key): "" if item is None else _literal(item, f"{where}.{key}") for key, item in pairs}
@@ -445,7 +445,7 @@ def _healthcheck(value: dict[str, Any], where: str) -> Healthcheck | None:
     elif isinstance(test, list) and test and test[0] == "CMD-SHELL":
         argv = ("/bin/sh", "-c", _literal(" ".join(map(str, test[1:])), f"{where}.test"))
     elif isinstance(test, list) and test and test[0] == "CMD":
-        argv = tuple(_literal(part, f"{where}.test") for part in test[1:])
+        argv = tuple(_literal(part, f"{where}.test") for part in test[1:])  # type: ignore[assignment]  # CMD: any length
     else:
         raise ComposeNotSupported(f"{where}.test: {test!r} is not a string, [\"CMD\", ...] or [\"CMD-SHELL\", ...].")
     other = sorted(set(value) - {"test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"})

@@ -191,8 +191,8 @@ class ImageResolver:
             return resolved
         if made := await self._bootstrap(reference, normalized, warn):
             return made
-        if shipped and (stand_in := shipped_stand_in(normalized)):
-            resolved, what = await self._stand_in(stand_in, reference, warn)
+        if shipped and (shipped_image := shipped_stand_in(normalized)):
+            resolved, what = await self._stand_in(shipped_image, reference, warn)
             self._stood_in[normalized] = (
                 f"Base image {reference!r} cannot be pulled: stood in by {resolved!r}, {what} "
                 "(a shipped stand-in: pull the real image, or map it in base_images); results may differ from the real image."

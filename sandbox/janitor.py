@@ -69,6 +69,7 @@ def ensure_watchdog() -> None:
             stderr=subprocess.DEVNULL, env=engine_env(), start_new_session=True, close_fds=True,
         )  # fmt: skip
         # The pipe's write end stays open in this process alone (never inherited by children).
+        assert _watchdog.stdin is not None  # stdin=PIPE
         os.set_inheritable(_watchdog.stdin.fileno(), False)
 
 

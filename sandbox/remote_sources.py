@@ -59,7 +59,7 @@ async def _pinned(url: str, *, via_proxy: bool) -> tuple[str, dict[str, str], di
         found = await asyncio.get_running_loop().getaddrinfo(parts.hostname, port)
     except OSError as error:
         raise RemoteSourceError(f"ADD {url}: {parts.hostname} cannot be resolved ({error}).") from None
-    addresses = sorted({info[4][0] for info in found})
+    addresses = sorted({str(info[4][0]) for info in found})
     inside = [address for address in addresses if not await asyncio.to_thread(is_outside, address)]
     if inside or not addresses:
         raise RemoteSourceError(

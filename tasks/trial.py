@@ -31,6 +31,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.outcome import Counts, describe, figure, row_line, state_name
 from prefect_harbor.storage.results import RowResult
+from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.secrets import Redactor
@@ -41,21 +42,21 @@ from prefect_harbor.trial.row_trial import RunContext, run_row, verifier_output
 VERIFIER_TAIL_LINES = 30
 VERIFIER_TAIL_BYTES = 4096
 
-#: The next row a lane may run, ``(index, row)``, or None when the dataset is done or the sweep stops.
-Admit = Callable[[], "tuple[int, DatasetRow | RowProblem] | None"]
-#: Runs one admitted row to its result row (trial, verification, archive, bookkeeping).
-RunOne = Callable[[int, "DatasetRow | RowProblem"], Awaitable[RowResult]]
+#: The next attempt at a row a lane may run, or None when the dataset is done or the sweep stops.
+Admit = Callable[[], "RowAttempt | None"]
+#: Runs one admitted attempt to its result row (trial, verification, archive, bookkeeping).
+RunOne = Callable[["RowAttempt"], Awaitable[RowResult]]
 
 
 async def trial_and_archive(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None,
+    archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
     quiet_success: bool = False,
 ) -> RowResult:  # fmt: skip
-    """Run the row's trial in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
+    """Run the row's trial (attempt ``attempt``) in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
 
     ``quiet_success``: a rewarded row's line at DEBUG (rows batched into one task run, where only the others matter)."""
-    result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading)
+    result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading, attempt)
     # Read before archiving: a successful row's trial directory is deleted with it.
     tail = await asyncio.to_thread(verifier_tail_of, result, archiver.redactor)
     result = await asyncio.to_thread(archiver, result, logger)
@@ -103,14 +104,14 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
     here rather than passed, so the UI lists only the rows' own inputs."""
 
     @task(name="trials", task_run_name="{label}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-    async def run_trials(label: str, first_index: int, first: DatasetRow | RowProblem, limit: int) -> State:
-        """Run ``first``, then further rows from ``admit``, one after another, up to ``limit`` rows.
+    async def run_trials(label: str, first_index: int, first: RowAttempt, limit: int) -> State:
+        """Run ``first``, then further attempts from ``admit``, one after another, up to ``limit`` of them.
 
-        Rows are pulled one at a time, so every lane stays busy until the dataset runs out.
+        Attempts are pulled one at a time, so every lane stays busy until the dataset runs out.
         """
-        results = [await run_one(first_index, first)]
+        results = [await run_one(first)]
         while len(results) < limit and (item := admit()) is not None:
-            results.append(await run_one(*item))
+            results.append(await run_one(item))
         return outcome_state(results)
 
     return run_trials.with_options(**options) if options else run_trials
@@ -119,7 +120,7 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
 @task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
 async def run_trial(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver,
+    archiver: Archiver, attempt: int = 1,
 ) -> State:  # fmt: skip
-    """One row as its own task run, for a distributed task runner: its arguments travel to the worker."""
-    return outcome_state([await trial_and_archive(row, index, trial_name, backend, resolver, run, archiver, get_run_logger())])
+    """One attempt at a row as its own task run, for a distributed task runner: its arguments travel to the worker."""
+    return outcome_state([await trial_and_archive(row, index, trial_name, backend, resolver, run, archiver, get_run_logger(), attempt=attempt)])

@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from prefect_harbor.storage.archive_names import storable
-from prefect_harbor.storage.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_name, archive_row, prepare_tree
+from prefect_harbor.storage.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_folder, archive_name, archive_row, prepare_tree
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
 from prefect_harbor.storage.run_store import RunStore
 
 KEY = "sk-archive-test-91c3"
 REDACTOR = Redactor.of([KEY])
+#: An attempt's Harbor trial name: its archive's folder in the run folder, as in a Harbor job.
+TRIAL = "r__0a1b2c3"
 
 
 def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
@@ -50,9 +52,9 @@ def test_symlinks_are_neither_followed_nor_archived(tmp_path):
     scrub_tree(trial, [KEY])
     assert outside.read_text() == f"host file with {KEY}", "a symlink target outside the tree was rewritten"
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    result = RowResult(row_index=0, row_id="r", status="success", reward=1.0)
+    result = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success", reward=1.0)
     report = archive_row(result, trial, store, REDACTOR)
-    archived = [p.relative_to(tmp_path / "results" / "run" / "archives" / "r") for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    archived = [p.relative_to(tmp_path / "results" / "run" / TRIAL) for p in (tmp_path / "results").rglob("*") if p.is_file()]
     assert "agent/link.txt" not in map(str, archived) and not any("linkdir" in str(p) for p in archived)
     assert {"trial.log", "config.json", "verifier/reward.txt", "diagnostics.json", "manifest.json"} <= set(map(str, archived))
     assert report.files == len(archived) - 2  # not counting diagnostics.json and manifest.json
@@ -74,10 +76,10 @@ def test_an_unscrubbable_row_archives_only_its_diagnostics(tmp_path, monkeypatch
     trial = trial_tree(tmp_path)
     monkeypatch.setattr("prefect_harbor.storage.archive.prepare_tree", _raise_scrub_failed)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    report = archive_row(RowResult(row_index=0, row_id="r", status="failure"), trial, store, REDACTOR)
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="failure"), trial, store, REDACTOR)
     files = [p.name for p in (tmp_path / "results").rglob("*") if p.is_file()]
     assert files == ["diagnostics.json"] and "boom" in report.error
-    assert json.loads((tmp_path / "results" / "run" / "archives" / "r" / "diagnostics.json").read_text())["archive_error"]
+    assert json.loads((tmp_path / "results" / "run" / TRIAL / "diagnostics.json").read_text())["archive_error"]
 
 
 def _raise_scrub_failed(root, redactor, limits, reserved=0):
@@ -88,6 +90,12 @@ def test_archive_folder_names_are_safe_and_distinct():
     assert archive_name("plain-id_1.x") == "plain-id_1.x"
     assert archive_name("a/b") != archive_name("a:b")
     assert "/" not in archive_name("../../etc/passwd")
+
+
+def test_an_attempt_is_archived_in_its_trials_folder_or_under_its_row_when_it_never_reached_harbor():
+    assert archive_folder(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success")) == TRIAL
+    assert archive_folder(RowResult(row_index=0, row_id="a/b", status="failure")) == f"{archive_name('a/b')}__no-trial"
+    assert archive_folder(RowResult(row_index=0, row_id="r", attempt=3, status="cancelled")) == "r.a3__no-trial"
 
 
 def test_configuration_snapshots_are_redacted():
@@ -104,11 +112,11 @@ def test_file_and_folder_names_holding_the_key_are_renamed_and_listed(tmp_path):
     (trial / "agent" / f"dir-{KEY}").mkdir()
     (trial / "agent" / f"dir-{KEY}" / f"name-{KEY}.txt").write_text("plain")
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, REDACTOR)
+    archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, REDACTOR)
     every_path = [str(p) for p in (tmp_path / "results").rglob("*")] + [str(p) for p in trial.rglob("*")]
     assert not [p for p in every_path if KEY in p]
     assert (trial / "agent" / "dir-[REDACTED]" / "name-[REDACTED].txt").read_text() == "plain"
-    manifest = json.loads((tmp_path / "results" / "run" / "archives" / "r" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "results" / "run" / TRIAL / "manifest.json").read_text())
     assert {"agent/dir-[REDACTED]/", "agent/dir-[REDACTED]/name-[REDACTED].txt"} <= set(manifest["scrubbed"])
 
 
@@ -127,8 +135,8 @@ def test_files_over_the_file_limit_are_cut_and_listed(tmp_path):
     (trial / "agent").mkdir(parents=True)
     (trial / "agent" / "stdout.txt").write_bytes(b"a" * (3 * MiB))
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    report = archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=10 * MiB))
-    archived = tmp_path / "results" / "run" / "archives" / "r"
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=10 * MiB))
+    archived = tmp_path / "results" / "run" / TRIAL
     assert (archived / "agent" / "stdout.txt").stat().st_size == MiB
     manifest = json.loads((archived / "manifest.json").read_text())
     assert manifest["cut"] == [{"path": "agent/stdout.txt", "bytes": 3 * MiB, "kept_bytes": MiB}]
@@ -142,13 +150,13 @@ def test_once_the_rows_budget_is_spent_the_rest_is_skipped_small_files_first(tmp
     for name in ("a.bin", "b.bin", "c.bin"):
         (trial / "agent" / name).write_bytes(b"z" * MiB)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=2 * MiB))
-    manifest = json.loads((tmp_path / "results" / "run" / "archives" / "r" / "manifest.json").read_text())
+    archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=2 * MiB))
+    manifest = json.loads((tmp_path / "results" / "run" / TRIAL / "manifest.json").read_text())
     assert [entry["path"] for entry in manifest["files"]] == ["result.json", "agent/a.bin", "agent/b.bin"]
     (cut,) = manifest["cut"]
     assert (cut["path"], cut["bytes"]) == ("agent/b.bin", MiB) and cut["kept_bytes"] < MiB - 2, "the diagnostics' bytes came out of b.bin's share"
     assert [entry["path"] for entry in manifest["skipped"]] == ["agent/c.bin"]
-    archived = sum(p.stat().st_size for p in (tmp_path / "results" / "run" / "archives" / "r").rglob("*") if p.is_file() and p.name != "manifest.json")
+    archived = sum(p.stat().st_size for p in (tmp_path / "results" / "run" / TRIAL).rglob("*") if p.is_file() and p.name != "manifest.json")
     assert archived <= 2 * MiB, "the files and diagnostics.json together keep to the row's limit"
 
 
@@ -158,9 +166,9 @@ def test_diagnostics_count_inside_the_rows_limit(tmp_path):
     (trial / "agent").mkdir(parents=True)
     (trial / "agent" / "log.txt").write_bytes(b"z" * MiB)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    row = RowResult(row_index=0, row_id="r", status="failure", err_category="verifier_error", err_message="x" * (5 * MiB))
+    row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="failure", err_category="verifier_error", err_message="x" * (5 * MiB))
     archive_row(row, trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=MiB))
-    folder = tmp_path / "results" / "run" / "archives" / "r"
+    folder = tmp_path / "results" / "run" / TRIAL
     diagnostics = json.loads((folder / "diagnostics.json").read_text())
     assert len(diagnostics["message"]) <= 4096 and diagnostics["message"].startswith("[5,")
     assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json") <= MiB
@@ -175,9 +183,9 @@ def test_names_no_store_can_hold_are_stored_shortened_or_encoded_with_the_origin
     odd_name = os.fsdecode(b"odd-\xff\x01name.txt")
     (trial / "agent" / odd_name).write_text("odd")
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    report = archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, Redactor())
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, Redactor())
     assert report.error is None and store.unsent == [], store.unsent
-    folder = tmp_path / "results" / "run" / "archives" / "r"
+    folder = tmp_path / "results" / "run" / TRIAL
     by_original = {entry.get("original"): entry["path"] for entry in json.loads((folder / "manifest.json").read_text())["files"]}
     assert (folder / by_original[f"agent/{long_name}"]).read_text() == "long" and by_original[f"agent/{long_name}"].endswith(".log")
     assert by_original[f"agent/{odd_name}"] == "agent/odd-%FF%01name.txt" and (folder / "agent/odd-%FF%01name.txt").read_text() == "odd"
@@ -194,7 +202,7 @@ def test_files_the_storage_refuses_make_the_archive_say_so(tmp_path, monkeypatch
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb", retry_delays=())
     real = store._put_file
     monkeypatch.setattr(store, "_put_file", lambda path, source: real(path, source) if "agent" not in path else (_ for _ in ()).throw(OSError("refused")))
-    report = archive_row(RowResult(row_index=0, row_id="r", status="success"), trial, store, REDACTOR)
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, REDACTOR)
     assert report.error is not None and "1 of the archive's files were kept locally" in report.error
 
 
@@ -205,8 +213,8 @@ def test_a_huge_sparse_file_is_cut_without_being_read_whole(tmp_path):
     with open(trial / "agent" / "sparse.bin", "wb") as sparse:
         sparse.truncate(200 * 1024**3)
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    archive_row(RowResult(row_index=0, row_id="r", status="success", reward=1.0), trial, store, REDACTOR, ArchiveLimits(file_bytes=4 * MiB))
-    assert (tmp_path / "results" / "run" / "archives" / "r" / "agent" / "sparse.bin").stat().st_size == 4 * MiB
+    archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success", reward=1.0), trial, store, REDACTOR, ArchiveLimits(file_bytes=4 * MiB))
+    assert (tmp_path / "results" / "run" / TRIAL / "agent" / "sparse.bin").stat().st_size == 4 * MiB
 
 
 def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
@@ -223,14 +231,14 @@ def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
     backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
     archiver = Archiver(backend=backend, store=store, run=RunContext(run_id="run", trials_dir=tmp_path / "trials"), redactor=REDACTOR)
-    row = RowResult(row_index=0, row_id="r", status="success", reward=1.0, trial_dir=str(trial_tree(tmp_path)))
+    row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success", reward=1.0, trial_dir=str(trial_tree(tmp_path)))
     archived = archiver(row, logging.getLogger("test"))
     assert (archived.status, archived.reward) == ("success", 1.0)
     assert archived.archive_error == "archiving failed: MemoryError: "
 
 
 def test_rows_and_log_records_lose_the_key(caplog):
-    row = RowResult(row_index=0, row_id="r", status="failure", err_message=f"Non-numeric reward '{KEY}'", rewards={f"k-{KEY}": 1.0})
+    row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="failure", err_message=f"Non-numeric reward '{KEY}'", rewards={f"k-{KEY}": 1.0})
     clean = REDACTOR.model(row)
     assert KEY not in clean.model_dump_json() and clean.rewards == {"k-[REDACTED]": 1.0}
     assert REDACTOR.model(clean) is clean, "a clean row is returned as it is"

@@ -69,7 +69,7 @@ def test_resume_survives_a_cut_part(tmp_path, caplog):
     cut_short(tmp_path / "results" / "run1" / "parts" / "part-000001.parquet")
     with caplog.at_level(logging.WARNING):
         resumed, kept, _ = prepare_resume(store, manifest(), "f")
-    assert sorted(kept) == [0, 2], "the cut part's row must run again"
+    assert sorted(kept) == [(0, 1), (2, 1)], "the cut part's row must run again (kept by row and attempt)"
     assert "part-000001.parquet is damaged" in caplog.text and "not finished" in caplog.text
     assert resumed.resumed == 1
     assert sorted(r.row_id for r in store.read_results()) == ["r0", "r2"], "the damaged part is gone, the others kept"
@@ -80,7 +80,7 @@ def test_resume_survives_an_empty_manifest(tmp_path, caplog):
     (tmp_path / "results" / "run1" / "manifest.json").write_bytes(b"")
     with caplog.at_level(logging.WARNING):
         resumed, kept, _ = prepare_resume(store, manifest(), "f")
-    assert sorted(kept) == [0, 1, 2]
+    assert sorted(kept) == [(0, 1), (1, 1), (2, 1)]
     assert resumed.state == "Running" and resumed.configuration == {"agent": "oracle"}
     assert "manifest.json is damaged (0 bytes: Invalid JSON: EOF while parsing" in caplog.text
     assert "could NOT be compared" in caplog.text

@@ -72,6 +72,7 @@ def test_a_rows_log_line_has_its_outcome_timings_and_archive():
     failed = row(status="failure", reward=None, err_category="validation_error", err_message="unknown harbor task id 'x'")
     assert row_line(failed) == "Row r0 (t): failure, validation_error: unknown harbor task id 'x'; no timings; archive -"
     assert row_line(row(status="cancelled", reward=None, err_message="cancelled while running")).startswith("Row r0 (t): cancelled: cancelled while running;")
+    assert row_line(row(reward=1.0, attempt=2)).startswith("Row r0 #2 (t): success, reward 1;"), "a later attempt is named as its task run is"
 
 
 def test_the_verifiers_last_lines_are_bounded_and_redacted_even_across_the_cut(tmp_path):

@@ -204,7 +204,7 @@ def inspect_bundle(wheel: Path) -> Bundle:
         dist_info = next(e for e in zipfile.Path(wheel).iterdir() if e.name.endswith(".dist-info"))
     except (zipfile.BadZipFile, StopIteration) as error:
         raise BundleError(f"bundle: {wheel.name} is not a valid wheel ({error or 'no .dist-info'}).") from error
-    distribution = PathDistribution(dist_info)  # type: ignore[arg-type]
+    distribution = PathDistribution(dist_info)
     scripts = {ep.name: ep.value for ep in distribution.entry_points if ep.group == "console_scripts"}
     agent = next((name for name, target in scripts.items() if target.endswith(f".{AGENT_ENTRY}")), None)
     grader = next((name for name, target in scripts.items() if target.endswith(f".{GRADER_ENTRY}")), None)

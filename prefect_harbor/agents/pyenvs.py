@@ -33,6 +33,9 @@ from pathlib import Path
 
 from prefect_harbor.config import ConfigurationError
 
+#: The interpreter this one's virtual environment was made from (CPython's, not in typeshed).
+_BASE_PYTHON: str = sys._base_executable  # type: ignore[attr-defined]
+
 _COMPLETE_MARKER = ".prefect-harbor-complete"
 #: glibc's own libraries: the image's glibc must serve them, never a copy of the host's.
 _GLIBC = ("ld-linux", "libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so", "libresolv.so", "libutil.so", "libanl.so", "linux-vdso")
@@ -59,7 +62,7 @@ def uv_binary() -> Path:
     try:
         import uv
 
-        found = Path(uv.find_uv_bin())
+        found: Path | None = Path(uv.find_uv_bin())
     except (ImportError, FileNotFoundError):
         on_path = shutil.which("uv")
         found = Path(on_path) if on_path else None
@@ -127,7 +130,7 @@ def prepare_env(
         shutil.rmtree(target, ignore_errors=True)
         log.info(f"Preparing an environment with {len(requirements)} requirements at {target}")
         # Built in place: a virtual environment's scripts name its own absolute path.
-        _uv(uv, ["venv", "--quiet", "--python", sys._base_executable, str(target)], "creating the environment")
+        _uv(uv, ["venv", "--quiet", "--python", _BASE_PYTHON, str(target)], "creating the environment")
         if requirements:
             requirements_file = target / "requirements.txt"
             requirements_file.write_text("\n".join(requirements) + "\n")
@@ -142,7 +145,7 @@ def prepare_env(
 
 def runtime_libraries(base_prefix: Path, root: Path) -> Path:
     """A folder with the non-glibc shared libraries this interpreter loads, copied from the host once."""
-    python = Path(sys._base_executable).resolve()
+    python = Path(_BASE_PYTHON).resolve()
     modules = sorted(p for p in (base_prefix / "lib").glob("python3*/lib-dynload/*.so") if not p.name.startswith(_UNUSED_MODULES))
     needed: dict[str, Path] = {}
     for binary in [python, *modules]:

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -29,7 +28,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from prefect_harbor.agents.bundles import check_project
+from prefect_harbor.cli.compare import compare
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
+from prefect_harbor.stats.render import headline_figures, tokens_text
 from prefect_harbor.storage.results import SweepSummary
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 
@@ -219,6 +220,9 @@ def sweep(
     rows_per_task_run: Annotated[
         int | None, typer.Option(min=1, help="Rows one Prefect task run may hold (default: 1 for small sweeps, batches for big ones).")
     ] = None,
+    attempts: Annotated[
+        int | None, typer.Option(min=1, help="Independent trials per row, each its own result row and archive (default: the backend's attempts, 1); pass@k for k up to this.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -244,7 +248,7 @@ def sweep(
         state = asyncio.run(
             evaluation_sweep(
                 dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, return_state=True,
+                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, attempts=attempts, return_state=True,
             )
         )
     summary = state.result(raise_on_failure=False)
@@ -321,19 +325,31 @@ def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
 
 
 def print_summary(summary: SweepSummary) -> None:
+    from prefect_harbor.cli.compare import print_comparison, statistics_table
+
     console = Console()
-    table = Table(title=f"Sweep {summary.run_id}", title_justify="left")
-    table.add_column("task")
-    table.add_column("rows", justify="right")
-    table.add_column("mean reward", justify="right")
-    for task, score in summary.per_task.items():
-        table.add_row(task, str(score.rows), "-" if score.mean_reward is None else f"{score.mean_reward:.3f}")
-    console.print(table)
-    mean = "no row was scored" if summary.mean_reward is None else f"mean reward {summary.mean_reward:.3f}"
+    if summary.statistics is not None:
+        console.print(statistics_table(summary.statistics, f"Sweep {summary.run_id}"))
+    else:
+        table = Table(title=f"Sweep {summary.run_id}", title_justify="left")
+        table.add_column("task")
+        table.add_column("rows", justify="right")
+        table.add_column("mean reward", justify="right")
+        for task, score in summary.per_task.items():
+            table.add_row(task, str(score.rows), "-" if score.mean_reward is None else f"{score.mean_reward:.3f}")
+        console.print(table)
+    rows = f"{summary.rows} rows" if summary.attempts == 1 else f"{summary.rows} trials"
+    mean = "no row was scored" if summary.mean_reward is None else f"mean reward {summary.mean_reward:.3f}{headline_figures(summary.statistics)}"
     console.print(
-        f"{summary.rows} rows: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
-        f"{summary.cancelled} cancelled; {mean}"
-    )
+        f"{rows}: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
+        f"{summary.cancelled} cancelled; {mean}", highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    if summary.statistics is not None and tokens_text(summary.statistics.tokens) != "-":
+        console.print(f"Usage: {tokens_text(summary.statistics.tokens)}", highlight=False, soft_wrap=True)
+    if summary.statistics is not None and summary.statistics.verifier_flagged:
+        console.print(f"[yellow]{summary.statistics.verifier_flagged} attempt(s) had their verifier output flagged as tampered with[/]")
+    if summary.comparison is not None:
+        print_comparison(summary.comparison, console, rows_listed=10)
     console.print(f"Results: {summary.results_uri}", soft_wrap=True)
 
 
@@ -436,7 +452,7 @@ def status(
     """Each row's status: queued, running, grading, success, failure, cancelled, or unknown."""
     import json
 
-    from prefect_harbor.storage.control import STATUS_FILE, run_health, status_of
+    from prefect_harbor.storage.control import STATUS_FILE, RowTracker, attempts_of, run_health, status_of
 
     store = open_run(run, storage_block)
     health = run_health(store)
@@ -453,23 +469,29 @@ def status(
     if snapshot is None:  # rebuilt from what the parts (or results.parquet) hold
         store.logger = logging.getLogger("prefect_harbor.status")
         store.logger.disabled = True  # it says what is damaged below, once
-        recorded = {r.row_id: r.status for r in store.read_results()}
-        snapshot = {"state": "unknown", "counts": dict(Counter(recorded.values())), "rows": recorded}
+        recorded = RowTracker([])
+        for result in store.read_results():
+            recorded.set(result.row_id, result.status, result.attempt)
+        snapshot = {**json.loads(recorded.snapshot("unknown")), "state": "unknown"}
         problems += store.damaged
     state = health.manifest.state if health.manifest is not None else snapshot["state"]
     rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
+    attempts = {row_id: attempts_of(snapshot, row_id) for row_id in rows} if "attempts" in snapshot else None
     if as_json:
-        typer.echo(json.dumps({"state": state, "counts": snapshot["counts"], "rows": rows, "stale": health.stale, "problems": problems}))
+        found = {"state": state, "counts": snapshot["counts"], "rows": rows, "stale": health.stale, "problems": problems}
+        typer.echo(json.dumps(found | ({"attempts": attempts} if attempts is not None else {})))
         return
     console = Console()
-    console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())), highlight=False, soft_wrap=True)
+    counted = " (attempts)" if attempts is not None else ""
+    console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())) + counted, highlight=False, soft_wrap=True)
     if health.stale:
         console.print(f"[yellow]stale:[/] {health.stale}: nothing runs it any more; {resume_hint(run)}", highlight=False, soft_wrap=True)
     for problem in problems:
         console.print(f"[yellow]damaged:[/] {problem}", highlight=False, soft_wrap=True)
-    table = Table("row", "status")
+    table = Table("row", "status", *(["attempts"] if attempts is not None else []))
     for row_id, row_status in rows.items():
-        table.add_row(row_id, row_status)
+        each = [", ".join(f"#{n} {s}" for n, s in sorted(attempts[row_id].items(), key=lambda item: int(item[0])))] if attempts is not None else []
+        table.add_row(row_id, row_status, *each)
     console.print(table)
 
 
@@ -515,3 +537,6 @@ def cancel(
     for row_id, disposition in dispositions.items():
         table.add_row(row_id, disposition)
     Console().print(table)
+
+
+app.command("compare")(compare)

@@ -25,7 +25,7 @@ from prefect_harbor.rows.terminal_bench import as_harbor_task, is_terminal_bench
 if TYPE_CHECKING:
     from prefect_harbor.blocks.backend import HarborBackend
 
-TaskRef = GitTaskId | LocalTaskId | PackageTaskId
+type TaskRef = GitTaskId | LocalTaskId | PackageTaskId
 
 
 class RowRejected(Exception):

@@ -214,12 +214,12 @@ def diagnostics(result: RowResult) -> dict[str, Any]:
 def archive_row(
     result: RowResult, trial_dir: Path | None, store: RunStore, redactor: Redactor, limits: ArchiveLimits = ArchiveLimits()
 ) -> ArchiveReport:
-    """Prepare ``trial_dir`` (:func:`prepare_tree`) and copy what the archive keeps to ``archives/<row>/``.
+    """Prepare ``trial_dir`` (:func:`prepare_tree`) and copy what the archive keeps to the attempt's folder (:func:`archive_folder`).
 
     Writes ``diagnostics.json`` always, and ``manifest.json`` (every file kept, with what was
     scrubbed, cut or skipped) when there was a tree to archive.
     """
-    folder = f"archives/{archive_name(result.row_id)}"
+    folder = archive_folder(result)
     report = ArchiveReport(uri=store.uri(folder))
     details = redactor.strings(diagnostics(result))
     reserved = len(json.dumps(details, indent=2).encode()) + 1024  # diagnostics.json, and the notes added to it below
@@ -266,6 +266,16 @@ def _kept_files(trial_dir: Path) -> Iterator[tuple[str, Path]]:
     trajectory = trial_dir / "agent" / "trajectory.json"
     if trajectory.is_file() and not trajectory.is_symlink():
         yield "trajectory.json", trajectory  # Osmosis keeps it at the archive's top too
+
+
+def archive_folder(result: RowResult) -> str:
+    """Where an attempt's archive goes in the run folder: its Harbor trial's name, as in a Harbor
+    job folder (so ``harbor view`` finds it as a trial); ``<row>[.a<n>]__no-trial`` for an attempt
+    that never reached Harbor (a bad row, a refused task, cancelled before it started)."""
+    if result.trial_name:
+        return path_safe(result.trial_name, limit=200)
+    label = archive_name(result.row_id) + ("" if result.attempt == 1 else f".a{result.attempt}")
+    return f"{label}__no-trial"
 
 
 def archive_name(row_id: str) -> str:

@@ -56,42 +56,75 @@ class CancelRequest(BaseModel):
         return f"{CONTROL_FOLDER}/cancel-{self.request_id}.result.json"
 
 
-class RowTracker:
-    """Every row's status while the sweep runs (ids from the dataset's first pass)."""
+#: How a row's attempts read as one status: the first of these any attempt is in.
+ROW_STATUS_ORDER: tuple[LiveStatus, ...] = ("running", "grading", "queued", "failure", "cancelled", "success")
 
-    def __init__(self, ids: list[str]):
-        self.statuses: dict[str, LiveStatus] = dict.fromkeys(ids, "queued")
+
+class RowTracker:
+    """Every row's status while the sweep runs, attempt by attempt (ids from the dataset's first pass).
+
+    A row's own status is its attempts' (:data:`ROW_STATUS_ORDER`): running while any attempt
+    runs, then queued while any waits, then failure if any failed, cancelled if any was, else
+    success. With one attempt per row it is that attempt's."""
+
+    def __init__(self, ids: list[str], attempts: int | dict[str, list[int]] = 1):
+        """``attempts``: every row's count, or the attempts each row runs (a re-run of some attempts)."""
+        self.attempts: dict[str, dict[int, LiveStatus]] = {}
+        for row_id in ids:
+            numbers = range(1, attempts + 1) if isinstance(attempts, int) else attempts.get(row_id, [1])
+            self.attempts[row_id] = dict.fromkeys(numbers, "queued")
         self.cancelled_ids: set[str] = set()
         self.version = 0
 
-    def set(self, row_id: str, status: LiveStatus) -> None:
-        if self.statuses.get(row_id) != status:
-            self.statuses[row_id] = status
+    def set(self, row_id: str, status: LiveStatus, attempt: int = 1) -> None:
+        statuses = self.attempts.setdefault(row_id, {})
+        if statuses.get(attempt) != status:
+            statuses[attempt] = status
             self.version += 1
 
+    def status(self, row_id: str) -> LiveStatus:
+        """The row's status, from its attempts'; ``unknown`` for an id the sweep has never seen."""
+        present = set(self.attempts.get(row_id, {}).values())
+        return next((status for status in ROW_STATUS_ORDER if status in present), "unknown")
+
+    @property
+    def several(self) -> bool:
+        """Whether any row has attempts other than just its first."""
+        return any(len(statuses) > 1 or 1 not in statuses for statuses in self.attempts.values())
+
+    @property
+    def statuses(self) -> dict[str, LiveStatus]:
+        """Every row's status."""
+        return {row_id: self.status(row_id) for row_id in self.attempts}
+
     def snapshot(self, state: str) -> bytes:
-        counts = Counter(self.statuses.values())
-        return json.dumps({"state": state, "counts": dict(counts), "rows": self.statuses}).encode()
+        """``status.json``: the counts of attempts by status, each row's status, and with several
+        attempts per row each attempt's (``attempts``: row id -> attempt -> status)."""
+        counts = Counter(status for statuses in self.attempts.values() for status in statuses.values())
+        document: dict = {"state": state, "counts": dict(counts), "rows": self.statuses}
+        if self.several:
+            document["attempts"] = self.attempts
+        return json.dumps(document).encode()
 
     def apply(self, request: CancelRequest) -> tuple[dict[str, Disposition], list[str]]:
-        """Dispositions for the request, and the running rows the caller must cancel."""
+        """Dispositions for the request (a row's are its attempts'), and the rows with running attempts the caller must cancel."""
         if request.all:
-            targets = list(self.statuses)
+            targets = list(self.attempts)
         else:
             targets = [i for i in request.ids] + [
-                row_id for row_id in self.statuses for prefix in request.prefixes if row_id.startswith(prefix)
+                row_id for row_id in self.attempts for prefix in request.prefixes if row_id.startswith(prefix)
             ]
         dispositions: dict[str, Disposition] = {}
         running: list[str] = []
         for row_id in dict.fromkeys(targets):
-            status = self.statuses.get(row_id)
-            if status == "queued":
-                dispositions[row_id] = "cancelled_queued"
-                self.cancelled_ids.add(row_id)
-            elif status in ("running", "grading"):
+            present = set(self.attempts.get(row_id, {}).values())
+            if present & {"running", "grading"}:
                 dispositions[row_id] = "cancelled_running"
                 self.cancelled_ids.add(row_id)
                 running.append(row_id)
+            elif "queued" in present:
+                dispositions[row_id] = "cancelled_queued"
+                self.cancelled_ids.add(row_id)
             else:
                 dispositions[row_id] = "not_found"
         for prefix in request.prefixes:
@@ -102,6 +135,11 @@ class RowTracker:
 
 def status_of(status_file: dict, row_id: str) -> LiveStatus:
     return status_file.get("rows", {}).get(row_id, "unknown")
+
+
+def attempts_of(status_file: dict, row_id: str) -> dict[str, LiveStatus]:
+    """The row's attempts and their status (attempt number as text -> status), when rows have several."""
+    return status_file.get("attempts", {}).get(row_id, {})
 
 
 class Heartbeat(BaseModel):

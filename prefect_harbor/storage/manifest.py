@@ -27,6 +27,7 @@ class RunManifest(BaseModel):
     local_fallback: str | None = Field(default=None, description="Where files the storage refused are kept.")
     resumed: int = Field(default=0, description="How many times this run was resumed.")
     rerun_of: str | None = Field(default=None, description="The run whose failed and cancelled rows this run re-runs.")
+    deployment_id: str | None = Field(default=None, description="The Prefect deployment that started the run, if one did (its runs are compared with each other).")
     unsent_files: list[str] = Field(default_factory=list)
 
 

@@ -19,10 +19,13 @@ class DamagedFile(ValueError):
 def read_results(folder: DurableFolder, damaged: list[str]) -> list[RowResult]:
     """Every row already recorded: from ``results.parquet``, else from the parts. A damaged
     file is named in a warning (and appended to ``damaged``); its rows count as not recorded."""
+    return [RowResult.model_validate({**r, "rewards": dict(r["rewards"] or [])}) for r in read_table(folder, damaged).to_pylist()]
+
+
+def read_table(folder: DurableFolder, damaged: list[str]) -> pa.Table:
+    """:func:`read_results` as a table (a run of an older version has its own columns: read them by name)."""
     table = _read_parquet(folder, "results.parquet", damaged) if folder.fs.exists(f"{folder.run_path}/results.parquet") else None
-    if table is None:
-        table = _read_parts(folder, damaged)
-    return [RowResult.model_validate({**r, "rewards": dict(r["rewards"] or [])}) for r in table.to_pylist()]
+    return _read_parts(folder, damaged) if table is None else table
 
 
 def read_manifest(folder: DurableFolder) -> RunManifest:

@@ -1,4 +1,4 @@
-"""The results table: one row per dataset row, with a stable Parquet schema.
+"""The results table: one row per dataset row and attempt, with a stable Parquet schema.
 
 Where the table is written (incrementally, then compacted) is ``storage.RunStore``'s job.
 """
@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefect_harbor.bounds import bounded
 from prefect_harbor.outcome import Counts, figure, table_row
+from prefect_harbor.stats.compare import Comparison
+from prefect_harbor.stats.render import headline_figures
+from prefect_harbor.stats.summary import RunStatistics
 
 RowStatus = Literal["success", "failure", "cancelled"]
 #: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
@@ -31,12 +34,13 @@ _BOUNDED = frozenset({"err_message", "archive_error"})
 
 
 class RowResult(BaseModel):
-    """The outcome of one dataset row (one execution, at most one scalar reward)."""
+    """The outcome of one attempt at a dataset row (one execution, at most one scalar reward)."""
 
     model_config = ConfigDict(validate_assignment=True)
 
     row_index: int
     row_id: str
+    attempt: int = Field(default=1, description="Which of the row's attempts this is, from 1 (the backend's attempts).")
     task: str | None = None
     agent: str | None = None
     model: str | None = None
@@ -90,6 +94,7 @@ RESULTS_SCHEMA = pa.schema(
     [
         ("row_index", pa.int64()),
         ("row_id", pa.string()),
+        ("attempt", pa.int64()),
         ("task", pa.string()),
         ("agent", pa.string()),
         ("model", pa.string()),
@@ -151,13 +156,19 @@ class SweepSummary(BaseModel):
     verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
+    attempts: int = Field(default=1, description="Attempts per row; rows, success, failure and cancelled count attempts.")
+    statistics: RunStatistics | None = Field(default=None, description="Intervals, pass@k, tokens and cost, overall and per task (summary.json).")
+    comparison: Comparison | None = Field(default=None, description="Against the previous completed sweep of the same deployment and dataset.")
 
     def headline(self) -> str:
         """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
-        counts = f"{self.rows} rows: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
-        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}"
+        dataset_rows = self.statistics.rows if self.statistics is not None else self.rows // self.attempts
+        rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.rows} trials ({dataset_rows} rows × {self.attempts} attempts)"
+        counts = f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
+        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}{headline_figures(self.statistics)}"
+        compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
         tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
-        return f"{counts}; {mean}{tampering} — results at {self.results_uri}"
+        return f"{counts}; {mean}{tampering}{compared} — results at {self.results_uri}"
 
     def counts(self) -> Counts:
         """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""

@@ -6,7 +6,10 @@ Layout under the results root (a local path or any fsspec URL)::
                                                dataset fingerprint, start/end, final state
     <root>/<run_id>/parts/part-000042.parquet  one file per finished row, written at once
     <root>/<run_id>/results.parquet            all rows, compacted when the run ends
-    <root>/<run_id>/archives/<row>/...         per-row logs, artifacts, diagnostics
+    <root>/<run_id>/<trial_name>/...           each attempt's archive: Harbor's trial folder (logs, result.json,
+                                               artifacts, diagnostics); archives/<row>/ in runs before attempts
+    <root>/<run_id>/config.json, result.json   the run as a Harbor job (JobConfig, JobResult: ``harbor view``)
+    <root>/<run_id>/summary.json               the run's summary and statistics
     <root>/<run_id>/status.json, heartbeat.json live row statuses, the sweep's last sign of life (control.py)
 
 :class:`RunStore` puts the pieces together: whole, retried writes with a local fallback
@@ -28,7 +31,7 @@ import pyarrow.parquet as pq
 
 from prefect_harbor.storage.durable import DurableFolder, StorageUnavailable
 from prefect_harbor.storage.manifest import RunManifest, now, package_versions
-from prefect_harbor.storage.reading import DamagedFile, read_manifest, read_results
+from prefect_harbor.storage.reading import DamagedFile, read_manifest, read_results, read_table
 from prefect_harbor.storage.results import RowResult, to_table
 from prefect_harbor.storage.spool import RowSpool
 
@@ -68,9 +71,9 @@ class RunStore(DurableFolder):
         return self.write_rows([result])
 
     def write_rows(self, results: list[RowResult]) -> str:
-        """Persist finished rows as one part, named by the row indexes it holds."""
-        first, last = results[0].row_index, results[-1].row_index
-        name = f"part-{first:06d}" if first == last else f"part-{first:06d}-{last:06d}"
+        """Persist finished rows as one part, named by the rows (and attempts after the first) it holds."""
+        first, last = _part_key(results[0]), _part_key(results[-1])
+        name = f"part-{first}" if first == last else f"part-{first}-{last}"
         table = to_table(results)
         self.spool.add(table)
         return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(table))
@@ -78,22 +81,30 @@ class RunStore(DurableFolder):
     def finalize(self) -> str:
         """Write every row this store wrote into ``results.parquet``, in row order, then drop the
         parts it replaces. Holds the rows in columnar form only for this step."""
+        return self.compact()[0]
+
+    def compact(self) -> tuple[str, pa.Table]:
+        """:meth:`finalize`, returning the table it wrote too (the run's statistics are computed from it)."""
         self.push_unsent()
-        rows = self.spool.drain()
-        location = self.write_bytes("results.parquet", _parquet_bytes(rows.sort_by("row_index")))
+        rows = self.spool.drain().sort_by([("row_index", "ascending"), ("attempt", "ascending")])
+        location = self.write_bytes("results.parquet", _parquet_bytes(rows))
         self.spool.remove()
         if "results.parquet" not in self.unsent:
             try:
                 self._retry(lambda: self.fs.rm(f"{self.run_path}/parts", recursive=True), "remove parts")
             except (StorageUnavailable, FileNotFoundError):
                 self.logger.warning(f"Could not remove {self.uri('parts')}; results.parquet holds every row")
-        return location
+        return location, rows
 
     # ---------------------------------------------------------------- the read path
 
     def read_results(self) -> list[RowResult]:
         """Every row already recorded; a damaged file is named in a warning (and in ``damaged``)."""
         return read_results(self, self.damaged)
+
+    def read_table(self) -> pa.Table:
+        """:meth:`read_results` as an Arrow table, for statistics over many rows."""
+        return read_table(self, self.damaged)
 
     def read_manifest(self) -> RunManifest:
         """The run's manifest; ``DamagedFile`` when it cannot be parsed, ``FileNotFoundError`` when absent."""
@@ -125,14 +136,25 @@ class RunStore(DurableFolder):
 
     # ---------------------------------------------------------------- resume
 
-    def restart_from(self, kept: list[RowResult]) -> None:
-        """Drop the recorded rows a resumed run will redo (and old control requests, already
-        answered); keep ``kept`` as one part."""
+    def restart_from(self, kept: list[RowResult], dropped: list[RowResult] = ()) -> None:
+        """Drop the recorded rows a resumed run will redo, with their archives (and old control
+        requests, already answered); keep ``kept`` as one part."""
         for relative in ("results.parquet", "parts", "control"):
             if self.fs.exists(f"{self.run_path}/{relative}"):
                 self.fs.rm(f"{self.run_path}/{relative}", recursive=True)
+        for result in dropped:
+            folder = self.relative_path(result.artifact_uri)
+            if folder and self.fs.exists(f"{self.run_path}/{folder}"):
+                self.fs.rm(f"{self.run_path}/{folder}", recursive=True)
         if kept:
-            self.write_rows(sorted(kept, key=lambda r: r.row_index))
+            self.write_rows(sorted(kept, key=lambda r: (r.row_index, r.attempt)))
+
+    def relative_path(self, uri: str | None) -> str | None:
+        """``uri``'s path inside this run folder (``<trial>``, ``archives/<row>``), or None when it is not in it."""
+        if not uri:
+            return None
+        prefix = self.uri() + "/"
+        return uri[len(prefix):].strip("/") or None if uri.startswith(prefix) else None
 
 
 def run_folder_of_flow_run(root: str, flow_run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
@@ -153,6 +175,11 @@ def split_run_folder(run_folder: str) -> tuple[str, str]:
     """``<root>/<run_id>`` split into its results root and run id."""
     root, _, run_id = run_folder.rstrip("/").rpartition("/")
     return root or ".", run_id
+
+
+def _part_key(result: RowResult) -> str:
+    """``000042``: a row's position; ``000042a2`` for its second attempt."""
+    return f"{result.row_index:06d}" + ("" if result.attempt == 1 else f"a{result.attempt}")
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:

@@ -29,7 +29,7 @@ class RowSpool:
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        RowSpool.__init__(self, state["path"])
 
     def add(self, table: pa.Table) -> None:
         with self._lock:

@@ -221,7 +221,7 @@ def completion_body(request: dict[str, Any], reply: dict[str, Any], turn: int) -
     digest = hashlib.sha256(json.dumps([request.get("messages"), turn], sort_keys=True, default=str).encode()).hexdigest()
     content = json.dumps(reply["json"]) if "json" in reply else reply.get("content")
     message: dict[str, Any] = {"role": "assistant", "content": content}
-    calls = []
+    calls: list[dict[str, Any]] = []
     for index, call in enumerate(reply.get("tool_calls") or []):
         arguments = call.get("arguments", {})
         calls.append(
@@ -279,7 +279,7 @@ class ScriptedModelServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     @property
     def requests(self) -> list[RecordedRequest]:

@@ -62,7 +62,7 @@ def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[
     for task_id in task_ids or []:
         path = task_dir_under(backend.tasks_dir, task_id)
         known = path is not None and (path / "task.toml").is_file()
-        targets.append(ResolvedTask(name=task_id, path=path) if known else task_id)
+        targets.append(ResolvedTask(name=task_id, path=path) if path is not None and known else task_id)
     return targets
 
 

@@ -9,6 +9,7 @@ is kept in the ``rewards`` column whichever is chosen.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from statistics import fmean
 
 from prefect_harbor.config import ConfigurationError
@@ -17,7 +18,7 @@ DEFAULT = "reward"
 _KEY = r"[A-Za-z_][\w.-]*"
 #: ``key`` or ``mean(key, key, ...)`` / ``min(key, ...)`` (the JSON schema's pattern too).
 PATTERN = rf"^({_KEY}|(mean|min)\(\s*{_KEY}(\s*,\s*{_KEY})*\s*\))$"
-_AGGREGATES = {"mean": fmean, "min": min}
+_AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {"mean": fmean, "min": min}
 
 
 def parse(spec: str) -> tuple[str | None, tuple[str, ...]]:

@@ -70,8 +70,13 @@ class RunContext:
         return self.tasks_copy_dir / f"{trial_name}.input.json"
 
 
-def trial_name_for(row_id: str) -> str:
-    return f"{path_safe(row_id)}__{uuid.uuid4().hex[:7]}"
+def trial_name_for(row_id: str, attempt: int = 1) -> str:
+    """Harbor's ``<name>__<short id>``: the row's id (``.a<n>`` added for attempts after the first) and a fresh id.
+
+    It names the attempt's trial directory and its archive, so that a results root is a folder of
+    Harbor jobs (``harbor view``)."""
+    label = path_safe(row_id) if attempt == 1 else f"{path_safe(row_id)}.a{attempt}"
+    return f"{label}__{uuid.uuid4().hex[:7]}"
 
 
 def prepare_task(
@@ -213,14 +218,14 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
     )
 
 
-def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
+def model_for(backend: HarborBackend, row: DatasetRow | None) -> str | None:
     """The row's model: ``metadata.harbor_model`` (native agents), else the backend's, else the endpoint's default.
 
-    Oracle needs none.
+    Oracle needs none. Without a row: the model rows get when they name none.
     """
     if backend.agent == "oracle":
         return None
-    override = row.metadata.get("harbor_model") if backend.is_native else None
+    override = row.metadata.get("harbor_model") if backend.is_native and row is not None else None
     if override:
         return str(override)
     endpoint = backend.model_endpoint
@@ -229,19 +234,21 @@ def model_for(backend: HarborBackend, row: DatasetRow) -> str | None:
     return backend.model_name
 
 
-def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend) -> RowResult:
-    """The row's result before anything ran (a failure until a trial says otherwise)."""
+def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend, attempt: int = 1) -> RowResult:
+    """The attempt's result before anything ran (a failure until a trial says otherwise)."""
     if isinstance(row, RowProblem):
-        return RowResult(row_index=index, row_id=row.id, agent=backend.agent_spec, status="failure")
-    return RowResult(row_index=index, row_id=row.id, task=declared_task(row, backend), agent=backend.agent_spec, model=model_for(backend, row), status="failure")
+        return RowResult(row_index=index, row_id=row.id, attempt=attempt, agent=backend.agent_spec, status="failure")
+    return RowResult(
+        row_index=index, row_id=row.id, attempt=attempt, task=declared_task(row, backend), agent=backend.agent_spec, model=model_for(backend, row), status="failure"
+    )
 
 
 async def run_row(
     row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver,
-    run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None,
+    run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
 ) -> RowResult:  # fmt: skip
-    """Run one row's trial. Returns a result for every outcome except cancellation."""
-    base = base_result(row, index, backend)
+    """Run one attempt at a row: its own trial. Returns a result for every outcome except cancellation."""
+    base = base_result(row, index, backend, attempt)
     if isinstance(row, RowProblem):
         return base.model_copy(update={"err_category": "validation_error", "err_message": row.reason, "err_phase": "setup"})
     started = datetime.now().astimezone()
@@ -518,15 +525,9 @@ def _timings(result: TrialResult) -> dict[str, float | None]:
 
 
 def _metrics(result: TrialResult) -> dict[str, float | int | None]:
-    context = result.agent_result
-    if context is None:
-        return {}
-    return {
-        "input_tokens": context.n_input_tokens,
-        "cached_tokens": context.n_cache_tokens,
-        "output_tokens": context.n_output_tokens,
-        "cost_usd": context.cost_usd,
-    }
+    """The trial's usage as Harbor sums it: its agent's, or a multi-step trial's steps' added up."""
+    input_tokens, cached_tokens, output_tokens, cost_usd = result.compute_token_cost_totals()
+    return {"input_tokens": input_tokens, "cached_tokens": cached_tokens, "output_tokens": output_tokens, "cost_usd": cost_usd}
 
 
 def _remove(*paths: Path) -> None:

@@ -10,7 +10,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from deployment_helpers import BIN, api_env, process_worker, save_backend, wait_for_deployment
+from deployment_helpers import BIN, api, api_env, process_worker, save_backend, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -44,7 +44,7 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     # What the README promises --watch shows: the headline among the run's lines, and the counts at its end.
     shown = " ".join(run.stdout.split())  # as printed, wrapped to the console's width
-    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 — results at" in shown, run.stdout[-3000:]
+    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 (95% CI 0.508 to 1.21) — results at" in shown, run.stdout[-3000:]
     assert shown.endswith("Flow run finished successfully in '6/7 rewarded, mean 0.857'."), run.stdout[-500:]
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)
@@ -101,6 +101,39 @@ def test_the_scheduled_sweep_fires(ui_server, served, serve_process):
         runs = wait_for_terminal_runs(ui_server, deployment["id"], count=1, results=serve_process.nightly_results, ignore=earlier)
     assert runs[0]["state_type"] == "COMPLETED", json.dumps(runs[0])[:2000]
     assert list(Path(serve_process.nightly_results).glob(f"*-{runs[0]['id'][:8]}/results.parquet"))
+
+
+def test_a_deployment_sweep_says_what_changed_since_the_deployments_previous_sweep(ui_server, served, tmp_path):
+    """Two runs of the `sweep` deployment over the same dataset, the second with one task broken: the second
+    compares itself with the first, in its headline, its report artifact and summary.json."""
+    from tasks_factory import write_task
+
+    for variant, flips in (("before", "echo 1 > /logs/verifier/reward.txt"), ("after", "echo 0 > /logs/verifier/reward.txt")):
+        write_task(tmp_path / variant, "steady")
+        write_task(tmp_path / variant, "flips", test=flips)
+        save_backend(served, f"compare-{variant}", tmp_path / variant, trials_dir=str(tmp_path / "trials"))
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in [("s", "steady"), ("f", "flips")]))
+    results = tmp_path / "compared"
+    wait_for_deployment(ui_server, "sweep")
+    for variant in ("before", "after"):
+        run = subprocess.run(
+            [str(BIN / "prefect"), "deployment", "run", "evaluation-sweep/sweep", "--param", f"dataset={dataset}",
+             "--param", f"backend_block=compare-{variant}", "--param", f"results={results}", "--watch"],
+            env=served, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    first, second = sorted(results.iterdir())
+    assert json.loads((first / "summary.json").read_text())["comparison"] is None, "nothing before the first"
+    summary = json.loads((second / "summary.json").read_text())
+    comparison = summary["comparison"]
+    assert comparison["baseline"] == f"file://{first}" and comparison["per_task"]["flips"]["difference"]["mean"] == -1.0
+    started = json.loads((first / "manifest.json").read_text())["started_at"][:10]
+    phrase = f"1 task worse than the run of {started}: flips −1"
+    flow_run_id = json.loads((second / "manifest.json").read_text())["flow_run_id"]
+    assert phrase in httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state"]["message"]
+    artifacts = api("post", f"{ui_server}/api/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "key": {"any_": ["evaluation-sweep-report"]}}}).json()
+    assert artifacts and "Compared with this deployment's previous sweep" in artifacts[0]["data"] and phrase in artifacts[0]["data"]
 
 
 def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sandbox_deadline: float) -> tuple[float, float]:

@@ -142,12 +142,12 @@ def test_mini_swe_agent_without_its_mounts_fails_at_setup_naming_the_fix(tmp_pat
 def test_the_api_key_reaches_neither_the_archive_nor_the_result(agent, request, tmp_path):
     trial: NativeTrial = request.getfixturevalue("terminus" if agent == "terminus-2" else "mini_swe_agent")
     assert trial.key_found_in == RAW_KEY_LOCATIONS[agent], trial.key_found_in
-    row = outcome(RowResult(row_index=0, row_id=f"{agent}-row", agent=agent, model=MODEL, status="failure"), trial.result)
+    row = outcome(RowResult(row_index=0, row_id=f"{agent}-row", agent=agent, model=MODEL, status="failure", trial_name=trial.result.trial_name), trial.result)
     assert row.status == "success" and row.reward == 1.0
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fallback")
     report = archive_row(row, trial.trial_dir, store, Redactor.of([trial.key]))
     assert report.error is None and sorted(report.tree.scrubbed) == sorted(trial.key_found_in)
-    archive = tmp_path / "results" / "run" / "archives" / f"{agent}-row"
+    archive = tmp_path / "results" / "run" / trial.result.trial_name
     archived = {str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file()}
     assert {"config.json", "result.json", "diagnostics.json", "trajectory.json"} <= archived
     assert files_containing(tmp_path / "results", trial.key) == set()

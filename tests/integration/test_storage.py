@@ -105,10 +105,28 @@ async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(
     manifest = json.loads(fs.cat_file(f"{run}/manifest.json"))
     assert manifest["state"] == "Completed" and manifest["dataset"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
     assert manifest["versions"]["harbor"].startswith("0.25")
-    assert fs.exists(f"{run}/archives/reward-txt-1/verifier/reward.txt")
-    assert json.loads(fs.cat_file(f"{run}/archives/broken-solution-1/diagnostics.json"))["status"] == "success"
+    table = {r["row_id"]: r for r in pq.read_table(summary.results_uri.removeprefix("s3://"), filesystem=fs).to_pylist()}
+    archive = {row_id: r["artifact_uri"].removeprefix("s3://") for row_id, r in table.items()}
+    assert archive["reward-txt-1"] == f"{run}/{table['reward-txt-1']['trial_name']}", "an attempt's archive is its trial's folder"
+    assert fs.exists(f"{archive['reward-txt-1']}/verifier/reward.txt")
+    assert json.loads(fs.cat_file(f"{archive['broken-solution-1']}/diagnostics.json"))["status"] == "success"
+    # The run's summary and its Harbor job files are in the bucket too.
+    assert json.loads(fs.cat_file(f"{run}/summary.json"))["statistics"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
+    assert json.loads(fs.cat_file(f"{run}/result.json"))["n_total_trials"] == len(EXPECTED_ORACLE_REWARDS)
+    assert json.loads(fs.cat_file(f"{run}/config.json"))["job_name"] == summary.run_id
     # Prefect's own task results went to the same storage.
     assert fs.find("sweeps/evals/prefect-results"), "task results were not persisted to the storage block"
+
+    # compare reads runs in object storage with the storage block's credentials, as status and cancel do.
+    from typer.testing import CliRunner
+
+    from prefect_harbor.cli.commands import app
+
+    folder = summary.results_uri.rsplit("/", 1)[0]
+    answer = await asyncio.to_thread(CliRunner().invoke, app, ["compare", folder, folder, "--storage-block", "seaweed", "--json"])
+    assert answer.exit_code == 0, answer.output
+    comparison = json.loads(answer.output)
+    assert comparison["paired_rows"] == len(EXPECTED_ORACLE_REWARDS) and comparison["changed"] == []
 
 
 def test_killing_the_flow_process_keeps_every_finished_row(tmp_path, prefect_server):
@@ -245,3 +263,25 @@ def test_stale_runs_are_found_on_s3(moto_bucket, tmp_path):
         store.write_manifest(RunManifest(run_id=name, state="Running", started_at=datetime.now(UTC), dataset={}, configuration={}, versions={}))
     (stale,) = find_stale_runs(f"{url}/evals", options)
     assert stale.store.run_id == "dead" and "from process" in stale.reason and "on another-machine" in stale.reason
+
+
+def test_compare_reads_two_runs_in_object_storage_by_url(moto_bucket, tmp_path, monkeypatch):
+    """``compare s3://… s3://…`` with the environment's AWS settings, as a CI job would give them."""
+    from typer.testing import CliRunner
+
+    from prefect_harbor.cli.commands import app
+
+    url, options = moto_bucket
+    for run_id, rewards in (("before", (1.0, 1.0)), ("after", (1.0, 0.0))):
+        store = RunStore(url, run_id, fallback_dir=tmp_path / run_id, storage_options=options)
+        store.write_rows([row(index).model_copy(update={"reward": reward}) for index, reward in enumerate(rewards)])
+        store.finalize()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
+    s3fs.S3FileSystem.clear_instance_cache()
+    answer = CliRunner().invoke(app, ["compare", f"{url}/before", f"{url}/after", "--json"])
+    assert answer.exit_code == 0, answer.output
+    comparison = json.loads(answer.output)
+    assert comparison["paired_rows"] == 2 and [change["row_id"] for change in comparison["changed"]] == ["r1"]
+    assert comparison["difference"]["difference"]["mean"] == -0.5

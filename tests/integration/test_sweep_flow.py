@@ -107,7 +107,8 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
     assert states["row unknown-task"].message.endswith("; archive " + rows["unknown-task"]["artifact_uri"])
     assert flow_run.state.is_completed() and flow_run.state.message == summary.headline()
     assert flow_run.state.name == "1/6 rewarded, 4 failed, mean 0.5"
-    assert summary.headline().startswith("6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 — results at file://")
+    # Two scored rows (1 and 0): the interval is the t interval at one degree of freedom, 0.5 ± 12.7 × 0.5.
+    assert summary.headline().startswith("6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 (95% CI -5.85 to 6.85) — results at file://")
     assert flow_run.name.startswith("oracle-rows-"), flow_run.name
     assert {"agent:oracle", "mode:dataset"} <= set(flow_run.tags)
     table = json.loads(artifacts[ROWS_KEY].data)
@@ -192,6 +193,14 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
         logs = [log.message for log in await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
     assert any("rows_per_task_run: 0 is not a row count" in message for message in logs), logs
     assert not any("Traceback" in message for message in logs), logs
+
+
+async def test_a_bad_attempts_count_is_refused_before_any_trial(tmp_path):
+    from prefect_harbor.config import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="attempts: 0 is not an attempt count; give 1 or more"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), attempts=0)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
 
 
 async def test_trials_at_once_that_the_hosts_process_budget_cannot_hold_are_refused_before_any_trial(tmp_path):

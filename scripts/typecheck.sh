@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# mypy on the core and the sandbox, as the one package `prefect_harbor` they install as.
+#
+# setuptools maps the spine folders (sandbox/, flows/, ...) into prefect_harbor (pyproject.toml,
+# package-dir). mypy cannot follow that mapping, so it is given the same tree as links: every
+# import between the core and the spine is then checked, as it resolves once installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+mkdir "$tree/prefect_harbor"
+for entry in prefect_harbor/*; do ln -s "$root/$entry" "$tree/prefect_harbor/"; done
+for spine in sandbox flows tasks blocks deployments; do ln -s "$root/$spine" "$tree/prefect_harbor/$spine"; done
+cd "$tree"
+MYPYPATH="$tree" exec "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache" \
+    --python-executable "$root/.venv/bin/python" \
+    -p prefect_harbor.sandbox -p prefect_harbor.trial -p prefect_harbor.rows -p prefect_harbor.storage \
+    -p prefect_harbor.agents -p prefect_harbor.config -p prefect_harbor.secrets -p prefect_harbor.outcome "$@"
