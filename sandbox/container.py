@@ -258,7 +258,7 @@ class ContainerEnvironment(BaseEnvironment):
             else:
                 await self._start_container(name, network, image, env_args)
         await self._ensure_log_dirs(image)
-        await self._watch.baseline(self._container)
+        await self._watch.baseline(self._require_container())
         await self._upload_environment_dir_after_start()
 
     async def _start_container(self, name: str, network: str, image: str, env_args: list[str]) -> None:
@@ -584,6 +584,7 @@ class ContainerEnvironment(BaseEnvironment):
             raise
         finally:
             os.close(writing)
+        assert process.stderr is not None  # started with stderr=PIPE
         with os.fdopen(reading, "rb") as stream:
             errors = asyncio.ensure_future(process.stderr.read())
             unpacking = asyncio.ensure_future(

@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -58,8 +58,9 @@ class ExitClock:
     """When one exec's first process exits: :mod:`.exit_clock`, in a process of its own, started
     (and watching) before the exec starts."""
 
-    def __init__(self, helper: EngineProcess):
+    def __init__(self, helper: EngineProcess, output: asyncio.StreamReader):
         self._helper = helper
+        self._output = output
 
     @classmethod
     async def start(cls, init_pid: int, marker: str) -> ExitClock | None:
@@ -68,9 +69,10 @@ class ExitClock:
             [sys.executable, "-I", "-S", exit_clock.__file__, str(init_pid), marker],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
         )  # fmt: skip
-        clock = cls(helper)
+        assert helper.stdout is not None  # started with stdout=PIPE
+        clock = cls(helper, helper.stdout)
         try:
-            ready = await asyncio.wait_for(helper.stdout.readline(), 5)
+            ready = await asyncio.wait_for(clock._output.readline(), 5)
         except TimeoutError:
             ready = b""
         if ready.strip() != b"ready":
@@ -82,7 +84,7 @@ class ExitClock:
         """The exit time, once the exec has returned (None when its process went unseen)."""
         try:
             self._helper.close_stdin()  # the exec is over
-            line = await asyncio.wait_for(self._helper.stdout.readline(), 5)
+            line = await asyncio.wait_for(self._output.readline(), 5)
         except (TimeoutError, OSError):
             line = b""
         await self._end()
@@ -234,4 +236,4 @@ class VerifierWatch:
 
 
 def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")

@@ -3,12 +3,11 @@ verifier_tampering column, and on_tampering flags or fails the row; the summary 
 
 import os
 
+from prefect_harbor.outcome import describe, row_line, table_row
 from prefect_harbor.sandbox.container_view import lstat_inside
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.storage.results import RowResult, RunTally
 from prefect_harbor.trial.tampering import judge
-
-from prefect_harbor.outcome import describe, row_line, table_row
 
 SCORED = RowResult(row_index=0, row_id="r", status="success", reward=1.0)
 

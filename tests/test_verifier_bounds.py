@@ -10,15 +10,14 @@ from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 from harbor.models.verifier.result import VerifierResult
 from harbor.verifier.verifier import VerifierOutputParseError
+from paths import EXAMPLE_TASKS
+from tasks_factory import write_separate_verifier_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.bounds import MESSAGE_CHARS, bounded, read_tail
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.bounded_verifier import BoundedVerifier, RewardFileTooLargeError, image_brings_tests
 from prefect_harbor.trial.row_trial import outcome, verifier_output_tail
-
-from paths import EXAMPLE_TASKS
-from tasks_factory import write_separate_verifier_task
 
 BASE = RowResult(row_index=0, row_id="r", status="failure")
 

@@ -3,11 +3,10 @@ Harbor verifies it in a fresh container of its image, with its workdir (or the l
 
 import pytest
 from harbor.models.task.config import TaskConfig
+from tasks_factory import write_separate_verifier_task, write_task
 
 from prefect_harbor.rows.sources import RowRejected
 from prefect_harbor.trial.verifier_isolation import isolate_verifier
-
-from tasks_factory import write_separate_verifier_task, write_task
 
 
 def config(task) -> TaskConfig:

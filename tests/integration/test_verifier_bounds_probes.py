@@ -20,7 +20,6 @@ import resource
 from pathlib import Path
 
 import pytest
-
 from tasks_factory import write_task
 from test_verifier_tampering import sweep
 
@@ -35,7 +34,10 @@ PROBES = {
     "long-file-name": (f"mkdir -p /logs/agent && echo hi > /logs/agent/{LONG_NAME}", "echo 1 > /logs/verifier/reward.txt"),
 }
 #: Copied out under a 4 MiB max_copy_mb: an 8 MiB file, then many small ones.
-BIG_THEN_MANY = (f"mkdir -p /logs/agent && head -c 8388608 /dev/zero > /logs/agent/big && for i in $(seq {SMALL_FILES}); do echo $i > /logs/agent/small-$i; done", "echo 1 > /logs/verifier/reward.txt")
+BIG_THEN_MANY = (
+    f"mkdir -p /logs/agent && head -c 8388608 /dev/zero > /logs/agent/big && for i in $(seq {SMALL_FILES}); do echo $i > /logs/agent/small-$i; done",
+    "echo 1 > /logs/verifier/reward.txt",
+)
 
 
 @pytest.fixture(scope="module")

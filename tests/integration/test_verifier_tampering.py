@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tasks_factory import FORGERIES, SCORE_WORDS, write_forging_task, write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-
-from tasks_factory import FORGERIES, SCORE_WORDS, write_forging_task, write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
