@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
 from prefect_harbor.storage.archive import MiB, ArchiveLimits
 from prefect_harbor.trial import reward_key
+from prefect_harbor.trial.tampering import OnTampering
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.agents.bundles import BundleSpec, project_dir_for
 
@@ -137,6 +139,34 @@ class HarborBackend(Block):
             "asking for any other variable fails its rows, and in compose any other is empty (or its default), with a warning."
         ),
     )
+    on_tampering: OnTampering = Field(
+        default="flag",
+        title="On Verifier Tampering",
+        description=(
+            "What evidence that the agent tampered with its verifier (shared mode: a reward file planted or rewritten, a program "
+            "the tests run replaced) does to its row: 'flag' keeps the outcome and lists the evidence in verifier_tampering; "
+            "'fail' makes the row a failure of category verifier_tampering."
+        ),
+    )
+    reward_range: Literal["finite"] | list[float] = Field(
+        default="finite",
+        title="Reward Range",
+        description="'finite': any finite reward counts. [low, high], e.g. [0, 1]: a reward outside it fails its row as a verifier_error.",
+    )
+    verifier_isolation: Literal["shared", "separate"] = Field(
+        default="shared",
+        title="Verifier Isolation",
+        description=(
+            "'shared' (Harbor's default): a task's verifier runs where its task says, usually in the agent's container. 'separate': a "
+            "shared-mode task is verified in a fresh container of its own image, which receives only its workdir (or Verifier "
+            "Artifacts) copied from the agent's; tasks whose tests need what the agent left running or installed elsewhere fail."
+        ),
+    )
+    verifier_artifacts: list[str] = Field(
+        default_factory=list,
+        title="Verifier Artifacts",
+        description="With verifier_isolation 'separate': the absolute paths copied from the agent's container into the verifier's. Empty: each task's workdir.",
+    )
     archive_max_file_mb: int = Field(
         default=50, ge=1, title="Archive Limit per File (MiB)", description="Files of a trial larger than this are cut to it in the row's archive."
     )
@@ -184,6 +214,21 @@ class HarborBackend(Block):
                 f"tasks_dir: {value} is not a directory; point it at a Harbor task (template mode) or a folder of tasks (dataset mode)."
             )
         return value.resolve()
+
+    @field_validator("reward_range")
+    @classmethod
+    def _reward_range_is_a_range(cls, value: str | list[float]) -> str | list[float]:
+        if isinstance(value, list) and not (len(value) == 2 and all(math.isfinite(v) for v in value) and value[0] <= value[1]):
+            raise ConfigurationError(f"reward_range: {value!r} is not [low, high] with finite low <= high; give e.g. [0, 1], or 'finite'.")
+        return value
+
+    @field_validator("verifier_artifacts")
+    @classmethod
+    def _verifier_artifacts_are_absolute(cls, value: list[str]) -> list[str]:
+        relative = [path for path in value if not path.startswith("/")]
+        if relative:
+            raise ConfigurationError(f"verifier_artifacts: {relative} are not absolute paths in the container; give e.g. ['/app'].")
+        return value
 
     @field_validator("reward_key")
     @classmethod
@@ -241,6 +286,8 @@ class HarborBackend(Block):
             raise ConfigurationError("bundle: a prebuilt wheel replaces building code_dir; give one of them.")
         if self.bundle is None and self.code_dir is not None and not self.has_bundle:
             raise ConfigurationError("code_dir: only used to build a workflow bundle; set a workflow agent ('module:Class') or a grader, or unset it.")
+        if self.verifier_artifacts and self.verifier_isolation != "separate":
+            raise ConfigurationError("verifier_artifacts: only used with verifier_isolation 'separate'; set it, or empty verifier_artifacts.")
         if self.patch_dockerfile_with_sdk and not self.has_bundle:
             raise ConfigurationError("patch_dockerfile_with_sdk: needs a bundle (a workflow agent, a grader, or bundle=); unset it.")
         self._check_tasks_dir()

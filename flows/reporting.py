@@ -122,6 +122,8 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
         "",
         f"Results: `{summary.results_uri}`",
     ]
+    if summary.verifier_tampering and summary.statistics is None:  # the statistics say it otherwise
+        lines += ["", f"**Verifier tampering**: {summary.verifier_tampering} row(s) with evidence that the agent tampered with its verifier (the `verifier_tampering` column)."]
     if summary.local_fallback:
         lines += ["", f"**Storage was unavailable**: {len(summary.unsent_files)} file(s) kept locally in `{summary.local_fallback}`."]
     if summary.statistics is not None:

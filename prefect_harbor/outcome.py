@@ -25,6 +25,7 @@ CATEGORY_NAMES = {
     "validation_error": "Validation error",
     "agent_error": "Agent error",
     "verifier_error": "Verifier error",
+    "verifier_tampering": "Verifier tampering",
 }
 
 
@@ -50,7 +51,7 @@ def state_name(result: RowResult) -> str:
 def describe(result: RowResult) -> str:
     """A row's outcome in one line: ``reward 0.75``, or its category and message; then its archive."""
     reward = "no reward" if result.reward is None else f"reward {result.reward:g}"
-    line = reward if result.status == "success" else f"{result.err_category or result.status}: {result.err_message}"
+    line = (reward if result.status == "success" else f"{result.err_category or result.status}: {result.err_message}") + tampering(result)
     if result.status != "success" or result.archive_error:
         line += f"; archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
     return line
@@ -63,9 +64,17 @@ def row_line(result: RowResult) -> str:
         what = "success, no reward" if result.reward is None else f"success, reward {result.reward:g}"
     else:  # ``failure, validation_error: …``; ``cancelled: cancelled while running``
         what = f"{result.status}, {result.err_category}: {result.err_message}" if result.err_category else f"{result.status}: {result.err_message}"
+    what += tampering(result)
     archive = f"archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
     attempt = f" #{result.attempt}" if result.attempt > 1 else ""  # the task run's label: attempts after the first
     return f"Row {result.row_id}{attempt} ({result.task or 'no task'}): {what}; {timings(result)}; {archive}"
+
+
+def tampering(result: RowResult) -> str:
+    """``; verifier tampering: …`` when the row has evidence its message does not say already (``on_tampering = "flag"``)."""
+    if not result.verifier_tampering or "verifier tampering: " in (result.err_message or ""):
+        return ""
+    return "; verifier tampering: " + "; ".join(result.verifier_tampering)
 
 
 _PHASES = (
@@ -124,5 +133,5 @@ def table_row(result: RowResult) -> dict:
         "reward": rounded(result.reward),
         "category": result.err_category,
         "archive": result.artifact_uri,
-        "message": (result.err_message or "")[:200] or None,
+        "message": (result.err_message or tampering(result).removeprefix("; "))[:200] or None,
     }

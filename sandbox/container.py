@@ -67,6 +67,8 @@ from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
+from prefect_harbor.sandbox.trial_report import TrialReport
+from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
@@ -79,6 +81,8 @@ DEFAULT_MAX_COPY_MB = 1024
 DEFAULT_MEMORY_MB = 4096
 _EXEC_MARKER = "PREFECT_HARBOR_EXEC"
 _READ_CHUNK = 64 * 1024
+#: A copy past its limit reads on through this many times the limit, counting what it drops.
+_COPY_READ_FACTOR = 4
 _START_TIMEOUT_SEC = 120
 
 
@@ -103,6 +107,7 @@ class ContainerEnvironment(BaseEnvironment):
         protect_tests: bool = True,
         userns: str | None = None,
         task_env_passthrough: list[str] | None = None,
+        verifier_watch_sec: float = DEFAULT_WATCH_SEC,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -127,6 +132,8 @@ class ContainerEnvironment(BaseEnvironment):
             a process the agent left behind can rewrite them.
         task_env_passthrough: the host variables a compose file's ``${VAR}`` may read (the
             backend's field of that name; :mod:`.interpolation`).
+        verifier_watch_sec: how long the reward files are watched after the verifier's output
+            is copied, when processes the agent left are still running (:mod:`.verifier_watch`).
         """
         self._owns_tests = owns_its_tests(kwargs)
         self._compose_variables = ComposeVariables.from_host(task_env_passthrough or ())
@@ -157,6 +164,8 @@ class ContainerEnvironment(BaseEnvironment):
             task_env_config=task_env_config,
             **kwargs,
         )
+        self._report = TrialReport(trial_paths.trial_dir, session_id)
+        self._watch = VerifierWatch(self._report, self.logger, verifier_watch_sec)
 
     @staticmethod
     @override
@@ -249,6 +258,7 @@ class ContainerEnvironment(BaseEnvironment):
             else:
                 await self._start_container(name, network, image, env_args)
         await self._ensure_log_dirs(image)
+        await self._watch.baseline(self._require_container())
         await self._upload_environment_dir_after_start()
 
     async def _start_container(self, name: str, network: str, image: str, env_args: list[str]) -> None:
@@ -425,6 +435,7 @@ class ContainerEnvironment(BaseEnvironment):
             args += ["--user", str(user)]
         if workdir:
             args += ["--workdir", workdir]
+        clock = await self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
         with _env_file(variables) as env_args:
             process = await start_engine_process(
                 [podman_path(), *args, *env_args, container, *argv],
@@ -438,6 +449,9 @@ class ContainerEnvironment(BaseEnvironment):
             except asyncio.CancelledError:
                 await asyncio.shield(self._kill_exec(container, process, marker))
                 raise
+            finally:
+                if clock is not None:
+                    await asyncio.shield(self._watch.exec_returned(clock))
         return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
 
     async def _collect(self, process: EngineProcess) -> tuple[str, str]:
@@ -504,6 +518,8 @@ class ContainerEnvironment(BaseEnvironment):
         container = self._require_container()
         if not target.is_absolute():
             raise ValueError(f"{target}: give an absolute path in the container.")
+        if target.is_relative_to(TESTS_DIR):  # Harbor's verifier: its clean-up is done, test.sh comes next
+            await self._watch.before_tests(container)
         if self._tests_folder is not None and target.is_relative_to(TESTS_DIR):
             await asyncio.to_thread(_publish_tests, source, self._tests_folder / target.relative_to(TESTS_DIR))
             return
@@ -533,6 +549,8 @@ class ContainerEnvironment(BaseEnvironment):
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        if PurePosixPath(source_dir) == VERIFIER_DIR:  # Harbor's verifier: test.sh has exited
+            return await self._watch.around_copy(functools.partial(self._get, source_dir, Path(target_dir), strip=1))
         await self._get(source_dir, Path(target_dir), strip=1)
 
     @override
@@ -550,28 +568,61 @@ class ContainerEnvironment(BaseEnvironment):
         await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
 
     async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
+        """``source`` out of the container into ``target``: podman's tar stream, extracted as it
+        comes (:func:`~.transfer.unpack`), at most ``max_copy_mb``; what the limit dropped is
+        counted, in the trial's log and its sandbox report (``copies_cut``)."""
         container = container or self._require_container()
         limit = self._max_copy_bytes
-        with tempfile.TemporaryFile() as archive:
+        reading, writing = os.pipe()
+        try:
             process = await start_engine_process(
                 [podman_path(), "cp", f"{container}:{source}", "-"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
+                stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE, env=engine_env(),
             )  # fmt: skip
-            received, cut = 0, False
-            while chunk := await process.stdout.read(_READ_CHUNK):
-                received += len(chunk)
-                if received > limit + 64 * 1024 * 1024:  # the cap, plus room for tar's own headers
-                    process.kill()
-                    cut = True
-                    self.logger.warning(f"Copying {source} out of the container stopped at the {limit // (1024 * 1024)} MiB limit.")
-                    break
-                archive.write(chunk)
-            stderr = await process.stderr.read()
-            await process.wait()
-            if process.returncode != 0 and not cut:
-                raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()}")
-            archive.seek(0)
-            await asyncio.to_thread(transfer.unpack, archive, target, strip=strip, max_bytes=limit)
+        except BaseException:
+            os.close(reading)
+            raise
+        finally:
+            os.close(writing)
+        assert process.stderr is not None  # started with stderr=PIPE
+        with os.fdopen(reading, "rb") as stream:
+            errors = asyncio.ensure_future(process.stderr.read())
+            unpacking = asyncio.ensure_future(
+                asyncio.to_thread(transfer.unpack, stream, target, strip=strip, max_bytes=limit, max_read=limit * _COPY_READ_FACTOR)
+            )
+            try:
+                done = await asyncio.shield(unpacking)
+            finally:
+                if process.returncode is None and _stopped_reading(unpacking):
+                    process.kill()  # cancelled, or read as far as a copy reads: the thread then sees the stream end
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(unpacking)
+                stderr = await errors
+                await process.wait()
+        if process.returncode != 0 and not done.stopped_early:
+            raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()[-2000:]}")
+        if done.dropped_files or done.stopped_early:
+            self._record_cut_copy(source, done)
+
+    def _record_cut_copy(self, source: str, done: transfer.Unpacked) -> None:
+        at_least = "at least " if done.stopped_early else ""
+        self.logger.warning(
+            f"Copying {source} out of the container stopped at the {self._max_copy_bytes // (1024 * 1024)} MiB limit (max_copy_mb): "
+            f"kept {done.written} files and folders ({done.bytes} bytes), dropped {at_least}{done.dropped_files} files ({at_least}{done.dropped_bytes} bytes)."
+        )
+        entry = {
+            "source": source, "limit_bytes": self._max_copy_bytes, "kept_entries": done.written, "kept_bytes": done.bytes,
+            "dropped_files": done.dropped_files, "dropped_bytes": done.dropped_bytes, "counted_to_the_end": not done.stopped_early,
+        }  # fmt: skip
+        with contextlib.suppress(OSError):
+            self._report.add("copies_cut", entry)
+
+
+def _stopped_reading(unpacking: asyncio.Future[transfer.Unpacked]) -> bool:
+    """Whether the copy's reader is done with podman's stream before its end."""
+    if not unpacking.done() or unpacking.cancelled() or unpacking.exception() is not None:
+        return True
+    return unpacking.result().stopped_early
 
 
 def _tests_folder() -> Path:

@@ -241,6 +241,19 @@ def create_workdirs(dockerfile: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def final_workdir(dockerfile: str) -> str | None:
+    """The working folder the final stage's own ``WORKDIR`` lines leave (relative ones joined
+    to the one before), or None when it sets none (its base image's is not known here)."""
+    instructions = logical_lines(dockerfile)
+    starts = [position for position, (_, _, line) in enumerate(instructions) if _FROM.match(line)]
+    workdir: str | None = None
+    for _, _, line in instructions[starts[-1] + 1 :] if starts else ():
+        if _keyword(line) == "WORKDIR" and len(words := line.split(maxsplit=1)) == 2:
+            folder = words[1].strip().strip('"')
+            workdir = folder if folder.startswith("/") or workdir is None else f"{workdir.rstrip('/')}/{folder}"
+    return workdir if workdir and workdir.startswith("/") and "$" not in workdir else None
+
+
 def _user_of(instruction: str) -> str | None:
     words = instruction.split(maxsplit=1)
     return words[1].strip() if len(words) > 1 else None

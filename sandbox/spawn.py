@@ -61,6 +61,11 @@ class EngineProcess:
         await self.wait()
         return stdout, stderr
 
+    def close_stdin(self) -> None:
+        """End the child's input (a ``PIPE`` stdin): what tells a helper that waits on it to finish."""
+        if self._popen.stdin is not None and not self._popen.stdin.closed:
+            self._popen.stdin.close()
+
     def _feed(self, data: bytes) -> None:
         with contextlib.suppress(BrokenPipeError), self._popen.stdin as pipe:  # a child that exits early reads no more
             pipe.write(data)

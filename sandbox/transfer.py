@@ -9,7 +9,9 @@ directories only, under plain relative names (no absolute names, no ``..``), and
 through a link: links, hard links, devices and FIFOs are skipped and logged. So whatever an
 agent leaves in ``/logs`` -- symlink chains long enough to fool ``os.path.realpath``
 (CVE-2025-4517), hard links, forged members -- cannot make the host write or read outside
-the target. The bytes written are capped, so a sparse or huge file cannot fill the host's disk.
+the target. The bytes written are capped, so a sparse or huge file cannot fill the host's disk;
+what the cap drops is counted, files and bytes, reading past it (up to ``max_read`` bytes of the
+stream) so that a copy cut short still says what it left behind.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import IO
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
+#: The refused members named one by one (the rest are counted).
+_NAMED = 50
 
 
 @dataclass
@@ -33,7 +37,41 @@ class Unpacked:
 
     written: int = 0
     bytes: int = 0
+    #: The first refused members, each with why (``skipped_count`` counts them all).
     skipped: list[str] = field(default_factory=list)
+    skipped_count: int = 0
+    #: Regular files not written because of the copy limit, and their bytes.
+    dropped_files: int = 0
+    dropped_bytes: int = 0
+    #: The stream was not read to its end (past ``max_read``, or cut short): the counts are a floor.
+    stopped_early: bool = False
+
+    def skip(self, what: str) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < _NAMED:
+            self.skipped.append(what)
+
+    def drop(self, size: int) -> None:
+        self.dropped_files += 1
+        self.dropped_bytes += size
+
+
+class _ReadLimit(Exception):
+    """The stream was read as far as ``max_read`` allows."""
+
+
+class _Counted:
+    """A stream that counts what is read from it, and stops at ``limit`` bytes."""
+
+    def __init__(self, raw: IO[bytes], limit: int | None):
+        self._raw, self._limit, self.count = raw, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self.count += len(data)
+        if self._limit is not None and self.count > self._limit:
+            raise _ReadLimit
+        return data
 
 
 def pack(source: Path, target: PurePosixPath, into: IO[bytes]) -> None:
@@ -57,46 +95,71 @@ def pack(source: Path, target: PurePosixPath, into: IO[bytes]) -> None:
         archive.add(str(source), arcname=str(relative), recursive=True, filter=as_root)
 
 
-def unpack(archive_file: IO[bytes], target: Path, *, strip: int = 0, max_bytes: int | None = None) -> Unpacked:
+def unpack(archive_file: IO[bytes], target: Path, *, strip: int = 0, max_bytes: int | None = None, max_read: int | None = None) -> Unpacked:
     """Extract regular files and directories into ``target`` (see the module docstring).
 
     ``strip`` drops that many leading name components (``podman cp`` names a copied
     directory's entries after the directory). Existing files are overwritten, never
     followed: a name whose target or parent is not a plain file or directory is skipped.
+    At most ``max_bytes`` of file data are written; files past it are dropped and counted,
+    reading on through the stream up to ``max_read`` bytes of it.
     """
     done = Unpacked()
     target.mkdir(parents=True, exist_ok=True)
+    stream = _Counted(archive_file, max_read)
     root = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with tarfile.open(fileobj=archive_file, mode="r|") as archive:
+        with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]
             for member in _members(archive, done):
-                parts = PurePosixPath(member.name).parts[strip:]
-                name = "/".join(parts)
-                refusal = _refusal(member, parts)
-                if refusal is None and member.isfile() and max_bytes is not None and done.bytes + member.size > max_bytes:
-                    refusal = f"over the {max_bytes // (1024 * 1024)} MiB copy limit"
-                if refusal:
-                    if parts:
-                        done.skipped.append(f"{name} ({refusal})")
-                    continue
-                try:
-                    if member.isdir():
-                        _make_dirs(root, parts)
-                    else:
-                        parent = _make_dirs(root, parts[:-1])
-                        try:
-                            _write(parent, parts[-1], archive.extractfile(member), member.mode)
-                        finally:
-                            os.close(parent)
-                        done.bytes += member.size
-                    done.written += 1
-                except (OSError, tarfile.TarError) as error:
-                    done.skipped.append(f"{name} ({getattr(error, 'strerror', None) or error})")
+                _extract(archive, member, root, strip, max_bytes, done)
+        _drain(archive_file)
+    except _ReadLimit:
+        done.stopped_early = True
+        done.skip(f"the rest of the archive (read {stream.count // (1024 * 1024)} MiB of it, as far as a copy reads)")
+    except tarfile.ReadError as error:  # nothing came (the copy failed: its caller says why)
+        done.skip(f"the archive ({error})")
     finally:
         os.close(root)
-    if done.skipped:
-        logger.warning(f"Copying out of the container into {target}: skipped {len(done.skipped)} entries: {done.skipped[:5]}")
+    if done.skipped_count:
+        logger.warning(f"Copying out of the container into {target}: skipped {done.skipped_count} entries: {done.skipped[:5]}")
     return done
+
+
+def _drain(stream: IO[bytes], limit: int = _CHUNK) -> None:
+    """Read what follows tar's end marker (its padding), so the writer is not cut off mid-write."""
+    read = 0
+    while read < limit and (chunk := stream.read(64 * 1024)):
+        read += len(chunk)
+
+
+def _extract(archive: tarfile.TarFile, member: tarfile.TarInfo, root: int, strip: int, max_bytes: int | None, done: Unpacked) -> None:
+    parts = PurePosixPath(member.name).parts[strip:]
+    name = "/".join(parts)
+    refusal = _refusal(member, parts)
+    if refusal is None and member.isfile() and max_bytes is not None and done.bytes + member.size > max_bytes:
+        done.drop(member.size)
+        refusal = f"over the {max_bytes // (1024 * 1024)} MiB copy limit"
+    if refusal:
+        if parts:
+            done.skip(f"{name} ({refusal})")
+        return
+    try:
+        if member.isdir():
+            os.close(_make_dirs(root, parts))
+        else:
+            parent = _make_dirs(root, parts[:-1])
+            try:
+                _write(parent, parts[-1], archive.extractfile(member), member.mode)
+            except _ReadLimit:
+                os.unlink(parts[-1], dir_fd=parent)  # cut short: not kept as if whole
+                done.drop(member.size)
+                raise
+            finally:
+                os.close(parent)
+            done.bytes += member.size
+        done.written += 1
+    except (OSError, tarfile.TarError) as error:
+        done.skip(f"{name} ({getattr(error, 'strerror', None) or error})")
 
 
 def _members(archive: tarfile.TarFile, done: Unpacked):
@@ -104,7 +167,8 @@ def _members(archive: tarfile.TarFile, done: Unpacked):
     try:
         yield from archive
     except (tarfile.TarError, EOFError) as error:
-        done.skipped.append(f"the rest of the archive ({error})")
+        done.stopped_early = True
+        done.skip(f"the rest of the archive ({error})")
 
 
 def _refusal(member: tarfile.TarInfo, parts: tuple[str, ...]) -> str | None:

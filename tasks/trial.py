@@ -60,7 +60,7 @@ async def trial_and_archive(
     # Read before archiving: a successful row's trial directory is deleted with it.
     tail = await asyncio.to_thread(verifier_tail_of, result, archiver.redactor)
     result = await asyncio.to_thread(archiver, result, logger)
-    log_row(result, logger, tail, quiet=quiet_success and result.status == "success" and bool(result.reward))
+    log_row(result, logger, tail, quiet=quiet_success and result.status == "success" and bool(result.reward) and not result.verifier_tampering)
     return result
 
 
@@ -81,8 +81,8 @@ def log_row(result: RowResult, logger: logging.Logger | logging.LoggerAdapter, v
 
 
 def log_outcome(result: RowResult, logger: logging.Logger | logging.LoggerAdapter) -> None:
-    """A row's line where no task run of its own says it (rows the flow cancelled or never ran): INFO unless it succeeded."""
-    log_row(result, logger, quiet=result.status == "success")
+    """A row's line where no task run of its own says it (rows the flow cancelled or never ran): INFO unless it succeeded cleanly."""
+    log_row(result, logger, quiet=result.status == "success" and not result.verifier_tampering)
 
 
 def outcome_state(results: list[RowResult]) -> State:

@@ -162,6 +162,48 @@ def write_separate_verifier_task(root: Path, name: str, word: str, *, store: boo
     return task
 
 
+#: The verifier of the forging probes: 1 only when the agent's artifact says CORRECT.
+SCORE_WORDS = "if grep -qx CORRECT /app/words.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt"
+#: How an agent that writes WRONG tries to score 1 anyway (issue 28's four ways), as solve.sh lines.
+FORGERIES = {
+    # A process left running waits for test.sh's 0 and writes 1 over it.
+    "rewrite-reward": (
+        "nohup bash -c 'while sleep 0.1; do [ \"$(cat /logs/verifier/reward.txt 2>/dev/null)\" = 0 ] "
+        "&& echo 1 > /logs/verifier/reward.txt; done' >/dev/null 2>&1 &"
+    ),
+    # A process left running keeps moving a fresh reward.json (which wins over reward.txt) into place.
+    "move-reward-json": (
+        "nohup bash -c 'while sleep 0.1; do mkdir -p /logs/verifier; echo \"{\\\"reward\\\": 1}\" > /tmp/forged.json "
+        "&& mv -f /tmp/forged.json /logs/verifier/reward.json; done' >/dev/null 2>&1 &"
+    ),
+    # A planted reward.json, and an rm that removes nothing, so Harbor's clean-up keeps it.
+    "keep-planted-reward": (
+        "mkdir -p /logs/verifier && echo '{\"reward\": 1}' > /logs/verifier/reward.json\n"
+        "printf '#!/bin/sh\\nexit 0\\n' > /tmp/rm && chmod +x /tmp/rm && mv -f /tmp/rm /usr/bin/rm"
+    ),
+    # A bash that answers for /tests/test.sh (the real one kept aside to run everything else).
+    "answer-for-tests": (
+        "cp /usr/bin/bash /usr/bin/bash.real\n"
+        "printf '#!/usr/bin/bash.real\\ncase \"$*\" in *test.sh*) echo 1 > /logs/verifier/reward.txt; exit 0;; esac\\n"
+        "exec /usr/bin/bash.real \"$@\"\\n' > /tmp/bash && chmod +x /tmp/bash && mv -f /tmp/bash /usr/bin/bash"
+    ),
+}
+
+
+def write_forging_task(root: Path, name: str, forgery: str, *, separate: str | None = None) -> Path:
+    """A probe whose agent writes WRONG into /app/words.txt, then forges its reward the way
+    ``FORGERIES[forgery]`` says; the verifier scores the artifact (:data:`SCORE_WORDS`).
+    ``separate``: verified in a container of its own, ``"own-image"`` (tests/Dockerfile) or
+    ``"fresh-copy"`` (the task's image), with /app/words.txt its declared artifact."""
+    task = write_task(root, name, solve=f"echo WRONG > /app/words.txt\n{FORGERIES[forgery]}\nsleep 0.5", test=SCORE_WORDS)
+    if separate is not None:
+        toml = 'artifacts = ["/app/words.txt"]\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
+        (task / "task.toml").write_text(toml)
+        if separate == "own-image":
+            (task / "tests" / "Dockerfile").write_text(VERIFIER_DOCKERFILE)
+    return task
+
+
 def slow_and_queued(tmp_path: Path, marker: str) -> Path:
     """Two rows that sleep in their sandbox (marked), three that will still be queued."""
     tasks = tmp_path / "tasks"

@@ -3,10 +3,12 @@ no symlinks, bounded and streamed."""
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
+from prefect_harbor.storage.archive_names import storable
 from prefect_harbor.storage.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_folder, archive_name, archive_row, prepare_tree
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
@@ -80,7 +82,7 @@ def test_an_unscrubbable_row_archives_only_its_diagnostics(tmp_path, monkeypatch
     assert json.loads((tmp_path / "results" / "run" / TRIAL / "diagnostics.json").read_text())["archive_error"]
 
 
-def _raise_scrub_failed(root, redactor, limits):
+def _raise_scrub_failed(root, redactor, limits, reserved=0):
     raise ScrubFailed("boom")
 
 
@@ -151,8 +153,57 @@ def test_once_the_rows_budget_is_spent_the_rest_is_skipped_small_files_first(tmp
     archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=2 * MiB))
     manifest = json.loads((tmp_path / "results" / "run" / TRIAL / "manifest.json").read_text())
     assert [entry["path"] for entry in manifest["files"]] == ["result.json", "agent/a.bin", "agent/b.bin"]
-    assert manifest["cut"] == [{"path": "agent/b.bin", "bytes": MiB, "kept_bytes": MiB - 2}]
+    (cut,) = manifest["cut"]
+    assert (cut["path"], cut["bytes"]) == ("agent/b.bin", MiB) and cut["kept_bytes"] < MiB - 2, "the diagnostics' bytes came out of b.bin's share"
     assert [entry["path"] for entry in manifest["skipped"]] == ["agent/c.bin"]
+    archived = sum(p.stat().st_size for p in (tmp_path / "results" / "run" / TRIAL).rglob("*") if p.is_file() and p.name != "manifest.json")
+    assert archived <= 2 * MiB, "the files and diagnostics.json together keep to the row's limit"
+
+
+def test_diagnostics_count_inside_the_rows_limit(tmp_path):
+    """Issue 28: a 400 MB message made a diagnostics.json of the same size, past every archive limit."""
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "log.txt").write_bytes(b"z" * MiB)
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="failure", err_category="verifier_error", err_message="x" * (5 * MiB))
+    archive_row(row, trial, store, Redactor(), ArchiveLimits(file_bytes=MiB, row_bytes=MiB))
+    folder = tmp_path / "results" / "run" / TRIAL
+    diagnostics = json.loads((folder / "diagnostics.json").read_text())
+    assert len(diagnostics["message"]) <= 4096 and diagnostics["message"].startswith("[5,")
+    assert sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json") <= MiB
+
+
+def test_names_no_store_can_hold_are_stored_shortened_or_encoded_with_the_original_in_the_manifest(tmp_path):
+    """Issue 28: a 250-character file name in /logs made the archive's push fail and stay in _unsent."""
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    long_name = "n" * 246 + ".log"
+    (trial / "agent" / long_name).write_text("long")
+    odd_name = os.fsdecode(b"odd-\xff\x01name.txt")
+    (trial / "agent" / odd_name).write_text("odd")
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, Redactor())
+    assert report.error is None and store.unsent == [], store.unsent
+    folder = tmp_path / "results" / "run" / TRIAL
+    by_original = {entry.get("original"): entry["path"] for entry in json.loads((folder / "manifest.json").read_text())["files"]}
+    assert (folder / by_original[f"agent/{long_name}"]).read_text() == "long" and by_original[f"agent/{long_name}"].endswith(".log")
+    assert by_original[f"agent/{odd_name}"] == "agent/odd-%FF%01name.txt" and (folder / "agent/odd-%FF%01name.txt").read_text() == "odd"
+
+
+def test_a_path_too_long_for_an_object_store_key_is_stored_under_long_names():
+    deep = "/".join(["d" * 150] * 8) + "/file.txt"
+    stored = storable(deep, budget=900)
+    assert stored.startswith("long-names/") and stored.endswith("file.txt") and len(stored.encode()) <= 900
+
+
+def test_files_the_storage_refuses_make_the_archive_say_so(tmp_path, monkeypatch):
+    trial = trial_tree(tmp_path)
+    store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb", retry_delays=())
+    real = store._put_file
+    monkeypatch.setattr(store, "_put_file", lambda path, source: real(path, source) if "agent" not in path else (_ for _ in ()).throw(OSError("refused")))
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, REDACTOR)
+    assert report.error is not None and "1 of the archive's files were kept locally" in report.error
 
 
 def test_a_huge_sparse_file_is_cut_without_being_read_whole(tmp_path):

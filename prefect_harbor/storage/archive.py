@@ -8,7 +8,9 @@ followed or copied.
 The agent decides how much it writes, so nothing here holds a file in memory: files are
 scanned, scrubbed and uploaded in chunks, and each row's archive is bounded by
 :class:`ArchiveLimits` (files over a limit are cut or skipped, and listed in the archive's
-``manifest.json``).
+``manifest.json``; ``diagnostics.json`` counts inside the row's budget). The agent also names
+its files, so each is stored under a name every store can hold (:mod:`.archive_names`), its
+original name beside it in the manifest.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from prefect_harbor.storage.archive_names import KEY_BYTES, storable
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.secrets import REDACTED, Redactor
@@ -31,7 +34,7 @@ from prefect_harbor.storage.run_store import RunStore
 MiB = 1 << 20
 #: What the archive keeps of a Harbor trial directory (relative paths; folders recurse), in the
 #: order the row's byte budget is spent: the small files that say what happened come first.
-KEPT = ("result.json", "config.json", "exception.txt", "trial.log", "verifier", "agent", "artifacts")
+KEPT = ("result.json", "config.json", "exception.txt", "trial.log", "sandbox", "verifier", "agent", "artifacts")
 CHUNK = MiB
 
 
@@ -65,9 +68,9 @@ class ArchiveReport:
     error: str | None = None
 
 
-def prepare_tree(root: Path, redactor: Redactor, limits: ArchiveLimits = ArchiveLimits()) -> TreeReport:
+def prepare_tree(root: Path, redactor: Redactor, limits: ArchiveLimits = ArchiveLimits(), reserved: int = 0) -> TreeReport:
     """Make ``root`` safe and bounded in place: secrets out of names and contents, files over
-    the limits cut (per file) or removed (once the row's budget is spent).
+    the limits cut (per file) or removed (once the row's budget, less ``reserved`` bytes, is spent).
 
     Fails closed: any file that cannot be handled makes the whole tree be deleted and
     :class:`ScrubFailed` raised.
@@ -78,7 +81,7 @@ def prepare_tree(root: Path, redactor: Redactor, limits: ArchiveLimits = Archive
     try:
         if redactor:
             _scrub_names(root, redactor, report)
-        remaining = limits.row_bytes
+        remaining = limits.row_bytes - reserved
         needles = redactor.needles()
         for path in _ordered_files(root):
             relative = str(path.relative_to(root))
@@ -197,6 +200,7 @@ def diagnostics(result: RowResult) -> dict[str, Any]:
         "harbor_exception_type": result.exception_type,
         "category": result.err_category,
         "message": result.err_message,
+        "verifier_tampering": result.verifier_tampering,
         "timings_sec": {
             "environment_setup": result.environment_setup_sec,
             "agent_setup": result.agent_setup_sec,
@@ -218,20 +222,31 @@ def archive_row(
     folder = archive_folder(result)
     report = ArchiveReport(uri=store.uri(folder))
     details = redactor.strings(diagnostics(result))
+    reserved = len(json.dumps(details, indent=2).encode()) + 1024  # diagnostics.json, and the notes added to it below
     if trial_dir is not None and trial_dir.exists():
         try:
-            report.tree = prepare_tree(trial_dir, redactor, limits)
+            report.tree = prepare_tree(trial_dir, redactor, limits, reserved)
         except ScrubFailed as error:
             report.error = str(error)
         else:
+            budget = KEY_BYTES - len(f"{store.run_path}/{folder}/".encode())
             kept: list[dict[str, Any]] = []
+            unsent = len(store.unsent)
             for relative, path in _kept_files(trial_dir):
-                store.write_file(f"{folder}/{relative}", path)
-                kept.append({"path": relative, "bytes": path.stat().st_size})
+                stored = storable(relative, budget)
+                store.write_file(f"{folder}/{stored}", path)
+                kept.append({"path": stored, "bytes": path.stat().st_size} | ({"original": relative} if stored != relative else {}))
             report.files, report.bytes = len(kept), sum(entry["bytes"] for entry in kept)
             manifest = {"files": kept, "limits_bytes": asdict(limits), **asdict(report.tree)}
             store.write_bytes(f"{folder}/manifest.json", json.dumps(manifest, indent=2).encode())
             details["archive"] = {key: value for key, value in asdict(report.tree).items() if value}
+            if renamed := sum("original" in entry for entry in kept):
+                details["archive"]["renamed"] = renamed
+            if kept_locally := len(store.unsent) - unsent:
+                report.error = (
+                    f"{kept_locally} of the archive's files were kept locally in {store.fallback_dir} (the storage refused them); "
+                    "the sweep pushes them again when it ends"
+                )
     if report.error:
         details["archive_error"] = report.error
     store.write_bytes(f"{folder}/diagnostics.json", json.dumps(details, indent=2).encode())

@@ -122,7 +122,7 @@ class DurableFolder:
             write(path)  # object stores need no folders: one request (s3fs streams big files in parts)
             return
         folder, _, name = path.rpartition("/")
-        temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        temporary = f"{folder}/.{uuid.uuid4().hex}.tmp"  # not after the name: a name of 250 bytes has no room for more
         self.fs.makedirs(folder, exist_ok=True)
         try:
             write(temporary)

@@ -9,11 +9,13 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from datetime import datetime
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from prefect_harbor.bounds import bounded
 from prefect_harbor.outcome import Counts, figure, table_row
 from prefect_harbor.stats.compare import Comparison
 from prefect_harbor.stats.render import headline_figures
@@ -21,12 +23,20 @@ from prefect_harbor.stats.summary import RunStatistics
 
 RowStatus = Literal["success", "failure", "cancelled"]
 #: Osmosis's three, plus ``verifier_error``: the verifier failed or wrote a reward Harbor's
-#: contract does not allow (so the row is not a scored 0, and the agent is not blamed).
-ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_error"]
+#: contract does not allow (so the row is not a scored 0, and the agent is not blamed); and
+#: ``verifier_tampering``: evidence that the agent tampered with its verifier, with the
+#: backend's ``on_tampering = "fail"``.
+ErrorCategory = Literal["timeout", "validation_error", "agent_error", "verifier_error", "verifier_tampering"]
+
+
+#: The row's messages: repeated in logs, states and archives, so bounded (:func:`~prefect_harbor.bounds.bounded`).
+_BOUNDED = frozenset({"err_message", "archive_error"})
 
 
 class RowResult(BaseModel):
     """The outcome of one attempt at a dataset row (one execution, at most one scalar reward)."""
+
+    model_config = ConfigDict(validate_assignment=True)
 
     row_index: int
     row_id: str
@@ -55,8 +65,24 @@ class RowResult(BaseModel):
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
     artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")
     archive_error: str | None = Field(default=None, description="Why the row's archive is missing or incomplete; the outcome stands.")
+    verifier_tampering: list[str] | None = Field(
+        default=None, description="Evidence that the agent tampered with its verifier, a short line each; empty when checked and clean, null when not checked."
+    )
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+    @field_validator(*_BOUNDED)
+    @classmethod
+    def _bounded(cls, text: str | None) -> str | None:
+        """At most a few KiB (its end, saying how much was cut): the results, logs and states repeat it."""
+        return bounded(text)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> RowResult:
+        """Pydantic's copy, with the updated messages bounded as construction bounds them."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _BOUNDED.intersection(update or ()):
+            object.__setattr__(copy, name, bounded(getattr(copy, name)))
+        return copy
 
     def __repr__(self) -> str:
         """Short: Prefect prints a task run's result in its final-state log line."""
@@ -93,6 +119,7 @@ RESULTS_SCHEMA = pa.schema(
         ("trial_dir", pa.string()),
         ("artifact_uri", pa.string()),
         ("archive_error", pa.string()),
+        ("verifier_tampering", pa.list_(pa.string())),
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("finished_at", pa.timestamp("us", tz="UTC")),
     ]
@@ -126,6 +153,7 @@ class SweepSummary(BaseModel):
     mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
     rewarded: int = Field(default=0, description="Rows scored above zero.")
     per_task: dict[str, TaskScore]
+    verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
     attempts: int = Field(default=1, description="Attempts per row; rows, success, failure and cancelled count attempts.")
@@ -139,7 +167,8 @@ class SweepSummary(BaseModel):
         counts = f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
         mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}{headline_figures(self.statistics)}"
         compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
-        return f"{counts}; {mean}{compared} — results at {self.results_uri}"
+        tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
+        return f"{counts}; {mean}{tampering}{compared} — results at {self.results_uri}"
 
     def counts(self) -> Counts:
         """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""
@@ -173,6 +202,8 @@ class RunTally:
 
     def __init__(self, failures_kept: int = 20, slowest: int = 5, rows_kept: int = 1000):
         self.statuses: Counter[str] = Counter()
+        #: Rows with evidence of verifier tampering.
+        self.tampered = 0
         #: Rows scored above zero.
         self.rewarded = 0
         self.overall = _Mean()
@@ -192,6 +223,7 @@ class RunTally:
 
     def add(self, result: RowResult) -> None:
         self.statuses[result.status] += 1
+        self.tampered += bool(result.verifier_tampering)
         self.rewarded += int(result.reward is not None and result.reward > 0)
         if len(self.first_rows) < self.rows_kept:
             self.first_rows.append(table_row(result) | {"index": result.row_index})
@@ -222,6 +254,7 @@ class RunTally:
             failure=self.statuses["failure"],
             cancelled=self.statuses["cancelled"],
             mean_reward=self.overall.mean,
+            verifier_tampering=self.tampered,
             rewarded=self.rewarded,
             per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
             **extra,

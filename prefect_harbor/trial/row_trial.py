@@ -20,13 +20,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from harbor.models.task.config import TaskConfig as HarborTaskConfig
-from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
+from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig, VerifierConfig
 from harbor.models.trial.result import TimingInfo, TrialResult
 from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 from pydantic import ValidationError
 
-from prefect_harbor.trial import reward_key
+from prefect_harbor.bounds import REWARD_FILE_BYTES, read_tail
+from prefect_harbor.trial import reward_key, tampering
+from prefect_harbor.trial.bounded_verifier import IMPORT_PATH as BOUNDED_VERIFIER
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
 from prefect_harbor.agents.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
@@ -39,6 +41,7 @@ from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
+from prefect_harbor.trial.verifier_isolation import isolate_verifier
 
 _TIMEOUT_EXCEPTIONS = frozenset(
     {"AgentTimeoutError", "AgentSetupTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError", "TimeoutError"}
@@ -87,6 +90,8 @@ def prepare_task(
     """
     validate_task(task, backend)
     shutil.copytree(task.path, destination)
+    if backend.verifier_isolation == "separate":
+        isolate_verifier(destination, task.name, backend.verifier_artifacts)
     if backend.task_mode == "template":
         instruction = destination / "instruction.md"
         if row.prompt:
@@ -209,6 +214,7 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
             type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None,
             force_build=backend.force_build,
         ),  # fmt: skip
+        verifier=VerifierConfig(import_path=BOUNDED_VERIFIER),
     )
 
 
@@ -270,13 +276,14 @@ async def run_row(
     finally:
         run.input_path(trial_name).unlink(missing_ok=True)
         forget_loggers(trial.logger.name)
-    row_result = outcome(base, result, backend.reward_key)
+    trial_dir = run.trials_dir / trial_name
+    row_result = outcome(base, result, backend.reward_key, backend.reward_range)
     if row_result.err_category == "verifier_error":
-        row_result.err_message = f"{row_result.err_message}{verifier_output_tail(run.trials_dir / trial_name)}"
+        row_result.err_message = f"{row_result.err_message}{verifier_output_tail(trial_dir)}"
     if backend.is_workflow:
-        trial_dir = run.trials_dir / trial_name
-        row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), _read_text(trial_dir / "verifier" / "test-stdout.txt"))
-    row_result.trial_dir = str(run.trials_dir / trial_name)
+        row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), read_tail(trial_dir / "verifier" / "test-stdout.txt"))
+    row_result = tampering.judge(row_result, trial_dir, backend.on_tampering)
+    row_result.trial_dir = str(trial_dir)
     return row_result
 
 
@@ -358,12 +365,12 @@ def _failed(base: RowResult, category: ErrorCategory, message: str, started: dat
     )
 
 
-def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.DEFAULT) -> RowResult:
+def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.DEFAULT, reward_range: str | list[float] = "finite") -> RowResult:
     """Map a TrialResult to a row result with the Osmosis backend's precedence.
 
     An exception raised before the verifier started stays the reported cause; then the
-    verifier's reward key (``reward_spec``: ``reward`` by default) decides; a trial with
-    neither has no reward source.
+    verifier's reward key (``reward_spec``: ``reward`` by default) decides, within
+    ``reward_range`` (``[low, high]``, or ``"finite"``); a trial with neither has no reward source.
     """
     error = result.exception_info
     rewards = dict((result.verifier_result.rewards or {}) if result.verifier_result else {})
@@ -398,6 +405,8 @@ def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
         if not isinstance(reward, int | float) or not math.isfinite(reward):
             return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": f"reward must be a finite number, got {reward!r}", "err_phase": "grading"})
+        if out_of_range := _outside(rewards, reward_spec, reward, reward_range):
+            return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": out_of_range, "err_phase": "verifier"})
         return base.model_copy(update={**fields, "status": "success", "reward": float(reward), "err_phase": None})
     if error is not None:
         category = _category(error.exception_type)
@@ -406,6 +415,20 @@ def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.
         return base.model_copy(update={**fields, "err_category": category, "err_message": error.exception_message})
     message = "trial ended with no verifier result and no recorded error; the task has no reward source (no tests/ and no grader)"
     return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
+
+
+def _outside(rewards: dict, reward_spec: str, reward: float, reward_range: str | list[float]) -> str | None:
+    """Why the reward (or a key it is made of) is outside the backend's ``reward_range``, or None."""
+    if not isinstance(reward_range, list):
+        return None
+    low, high = reward_range
+    keys = reward_key.parse(reward_spec)[1]
+    outside = [f"{key} = {rewards[key]:g}" for key in keys if not low <= rewards[key] <= high]
+    if not outside and not low <= reward <= high:
+        outside = [f"the reward {reward_spec} = {reward:g}"]
+    if not outside:
+        return None
+    return f"verifier/reward: {', '.join(outside)} is outside the backend's reward_range [{low:g}, {high:g}]; fix the task's verifier, or widen reward_range"
 
 
 def agent_phase_failure(result: TrialResult):
@@ -438,7 +461,8 @@ def _reward_file_as_written(result: TrialResult) -> dict[str, object]:
         return {}
     path = Path(unquote(urlsplit(uri).path)) / "verifier" / "reward.json"
     try:
-        document = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
+        readable = path.is_file() and not path.is_symlink() and path.stat().st_size <= REWARD_FILE_BYTES
+        document = json.loads(path.read_text()) if readable else {}
     except (OSError, ValueError):
         return {}
     return document if isinstance(document, dict) else {}
@@ -504,13 +528,6 @@ def _metrics(result: TrialResult) -> dict[str, float | int | None]:
     """The trial's usage as Harbor sums it: its agent's, or a multi-step trial's steps' added up."""
     input_tokens, cached_tokens, output_tokens, cost_usd = result.compute_token_cost_totals()
     return {"input_tokens": input_tokens, "cached_tokens": cached_tokens, "output_tokens": output_tokens, "cost_usd": cost_usd}
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _remove(*paths: Path) -> None:

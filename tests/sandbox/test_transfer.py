@@ -78,3 +78,26 @@ def test_a_cut_archive_keeps_what_came_before_the_cut(tmp_path):
     whole = archive((entry("first.txt"), b"one"), (entry("second.bin"), b"y" * 100_000)).getvalue()
     done = unpack(io.BytesIO(whole[:20_000]), tmp_path / "out")
     assert (tmp_path / "out" / "first.txt").read_text() == "one" and done.skipped
+
+
+def test_files_past_the_copy_limit_are_counted_and_the_ones_after_them_still_land(tmp_path):
+    """Issue 28: after one file over the limit, the files behind it were dropped without a count."""
+    huge = b"h" * (3 * 1024 * 1024)
+    small = [(entry(f"logs/{n:04d}.txt"), b"s" * 1000) for n in range(300)]
+    done = unpack(archive((entry("logs/huge.bin"), huge), *small), tmp_path / "out", strip=1, max_bytes=1024 * 1024)
+    kept = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "huge.bin" not in kept and len(kept) == 300, "the small files after the big one were dropped"
+    assert (done.dropped_files, done.dropped_bytes, done.stopped_early) == (1, len(huge), False)
+
+
+def test_a_copy_that_stops_reading_says_what_it_dropped_at_least(tmp_path):
+    files = [(entry(f"{n:04d}.txt"), b"x" * 4000) for n in range(400)]
+    done = unpack(archive(*files), tmp_path / "out", max_bytes=400_000, max_read=1_000_000)
+    assert done.written == 100 and done.stopped_early
+    assert 100 <= done.dropped_files < 300 and done.dropped_bytes == done.dropped_files * 4000
+    assert done.skipped_count > len(done.skipped) == 50, "refusals are counted, and only the first are named"
+
+
+def test_an_empty_stream_is_an_empty_copy(tmp_path):
+    done = unpack(io.BytesIO(b""), tmp_path / "out")
+    assert done.written == 0 and done.skipped_count == 1

@@ -1,0 +1,115 @@
+"""Which of the agent's changes to its container could change what a verifier's commands do.
+
+A shared verifier runs ``bash``, Harbor's ``rm`` and ``chmod``, and whatever ``test.sh`` calls
+(``python3``, ``pytest``, ``grep``), all from the agent's container. So before the tests run,
+the sandbox compares the container with its image (``podman diff``) where those commands come
+from, and names what it finds:
+
+* a program that existed in the image and was changed or deleted, in any folder of the default
+  ``PATH`` (``/usr/local/sbin`` … ``/bin``);
+* a program added to an earlier ``PATH`` folder that shadows one of a later folder
+  (``/usr/local/bin/bash`` before ``/usr/bin/bash``);
+* a library or interpreter file that existed in the image and was changed or deleted under
+  ``/lib*``, ``/usr/lib*`` or ``/usr/local/lib*`` (shared objects, the dynamic loader, Python's
+  standard library and site-packages, Perl's and Node's modules);
+* any change to the dynamic loader's settings: ``/etc/ld.so.preload``, ``/etc/ld.so.conf`` and
+  ``/etc/ld.so.conf.d/`` (not ``/etc/ld.so.cache``, which every package install rewrites);
+* an added ``sitecustomize.py`` or ``usercustomize.py``, which Python runs at every start.
+
+Programs and libraries the agent *added* (a package it installed) are not named: they change
+nothing the image's own commands do. What this cannot see is in the README ("Not covered").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from prefect_harbor.sandbox.container_view import changes, is_folder, lstat_inside
+
+#: The default PATH's folders, in PATH's order: a program found in an earlier one wins.
+PROGRAM_FOLDERS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: Where the programs' libraries and the interpreters' modules live.
+LIBRARY_FOLDERS = ("/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/local/lib", "/usr/local/lib64")
+#: The dynamic loader's settings: any change to these is named.
+LOADER_SETTINGS = ("/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
+#: Files Python runs at every interpreter start when they appear on its path.
+STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
+#: At most this many changes are named one by one; the rest are counted.
+NAMED = 12
+
+_VERBS = {"C": "changed", "D": "deleted", "A": "added"}
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == folder or path.startswith(folder + "/") for folder in folders)
+
+
+def _watched(path: str) -> bool:
+    return _under(path, (*PROGRAM_FOLDERS, *LIBRARY_FOLDERS, *LOADER_SETTINGS))
+
+
+@dataclass
+class ProgramChanges:
+    """What :func:`program_changes` found: each change in a short line, and how many were not named."""
+
+    lines: list[str] = field(default_factory=list)
+    unnamed: int = 0
+    #: Every deleted path seen (a later verification names only new ones).
+    deleted: set[str] = field(default_factory=set)
+
+    def add(self, line: str) -> None:
+        if len(self.lines) < NAMED:
+            self.lines.append(line)
+        else:
+            self.unnamed += 1
+
+    def findings(self) -> list[str]:
+        more = [f"and {self.unnamed} more changed programs or libraries"] if self.unnamed else []
+        return [*self.lines, *more]
+
+
+async def program_changes(container: str, root: Path, *, since_ns: int | None = None, seen_deleted: frozenset[str] = frozenset()) -> ProgramChanges:
+    """The changes named in the module docstring, in the running ``container`` whose root file
+    system the host sees at ``root``. ``since_ns``: only changes made after that time (a later
+    step's verification, in a multi-step task: what the verifiers before it changed is not the
+    agent's); ``seen_deleted``: deletions already reported."""
+    found = ProgramChanges()
+    async for kind, path in changes(container, _watched):
+        if kind == "D":
+            found.deleted.add(path)
+            if path in seen_deleted:
+                continue
+            now = None
+        else:
+            now = lstat_inside(root, path)
+            if is_folder(now) or (since_ns is not None and now is not None and now.st_ctime_ns <= since_ns):
+                continue
+        if line := _finding(kind, path, root):
+            found.add(line)
+    return found
+
+
+def _finding(kind: str, path: str, root: Path) -> str | None:
+    name = PurePosixPath(path).name
+    if _under(path, LOADER_SETTINGS):
+        return f"{_VERBS[kind]} {path} (the dynamic loader's settings)"
+    if kind == "A":
+        if name in STARTUP_HOOKS and _under(path, LIBRARY_FOLDERS):
+            return f"added {path} (Python runs it at every start)"
+        if _under(path, PROGRAM_FOLDERS) and (shadowed := _shadowed(path, root)):
+            return f"added {path}, which comes before {shadowed} on PATH"
+        return None
+    return f"{_VERBS[kind]} {path}"
+
+
+def _shadowed(path: str, root: Path) -> str | None:
+    """The program of a later PATH folder that ``path`` (in an earlier one) hides, if any."""
+    folder, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
+    if folder not in PROGRAM_FOLDERS:
+        return None
+    for later in PROGRAM_FOLDERS[PROGRAM_FOLDERS.index(folder) + 1 :]:
+        if lstat_inside(root, f"{later}/{name}") is not None:
+            return f"{later}/{name}"
+    return None
