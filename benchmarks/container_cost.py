@@ -31,12 +31,12 @@ from pathlib import Path
 
 os.environ.setdefault("HARBOR_TELEMETRY", "0")
 
-import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig  # noqa: E402
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig  # noqa: E402
 from harbor.models.trial.paths import TrialPaths  # noqa: E402
 from harbor.trial.trial import Trial  # noqa: E402
 
+import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
 from prefect_harbor.sandbox.container import image_resolver  # noqa: E402
 from prefect_harbor.sandbox.engine import engine_env, podman  # noqa: E402

@@ -53,7 +53,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,18 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep_vs_harbor import (  # noqa: E402
-    LAG_INTERVAL, load, merge_checks, percentile, phases, prefect_server, proc_status_mb, sample_loop_lag, sample_rss, server_check, session_cpu, thread_cpu,
+    LAG_INTERVAL,
+    load,
+    merge_checks,
+    percentile,
+    phases,
+    prefect_server,
+    proc_status_mb,
+    sample_loop_lag,
+    sample_rss,
+    server_check,
+    session_cpu,
+    thread_cpu,
 )
 
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
@@ -331,7 +342,7 @@ def process_cpu(pid: int) -> float:
 
 
 def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat()
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def server_footprint(api: str, flow_run_id: str, since: float, until: float) -> dict[str, Any]:
@@ -407,7 +418,8 @@ def report(rows: int, concurrency: int, harbor: dict, sweep: dict, footprint: di
     line("Prefect server CPU s", "server_cpu_s")
     line("model server CPU s", "model_cpu_s")
     for name, result in (("harbor", harbor), ("sweep", sweep)):
-        print(f"  {name}: {result['trials_on_sampled_loop']} of {result['trials_started']} trials started on the sampled loop; errors {result.get('errors') or result.get('statuses')}")
+        print(f"  {name}: {result['trials_on_sampled_loop']} of {result['trials_started']} trials started on the sampled loop; errors "
+            f"{result.get('errors') or result.get('statuses')}")
     for name, result in (("harbor", harbor), ("sweep", sweep)):
         print(f"  {name} garbage collections: " + ", ".join(
             f"{gen} {f['count']:.0f} ({f['total_ms']:.0f} ms, max {f['max_ms']:.0f} ms, {f['over_50ms']:.0f} over 50 ms)" for gen, f in result["gc"].items()
@@ -423,7 +435,8 @@ def report(rows: int, concurrency: int, harbor: dict, sweep: dict, footprint: di
     ratio = sweep["wall_s"] / harbor["wall_s"]
     overhead_ms = (sweep["wall_s"] - harbor["wall_s"]) / rows * 1000
     print(f"  throughput: sweep {sweep['rows_per_min'] / harbor['rows_per_min'] * 100:.1f} % of Harbor's; "
-          f"of the ideal: harbor {harbor['rows_per_min'] / harbor['ideal_rows_per_min'] * 100:.1f} %, sweep {sweep['rows_per_min'] / sweep['ideal_rows_per_min'] * 100:.1f} %")  # fmt: skip
+          f"of the ideal: harbor {harbor['rows_per_min'] / harbor['ideal_rows_per_min'] * 100:.1f} %, sweep "
+              f"{sweep['rows_per_min'] / sweep['ideal_rows_per_min'] * 100:.1f} %")  # fmt: skip
     print(f"  load average: {harbor['load_before']} -> {harbor['load_after']} (harbor), {sweep['load_before']} -> {sweep['load_after']} (sweep)")
     print(f"ratio={ratio:.3f} overhead_ms={overhead_ms:.1f} peak_rss_mb={sweep['peak_rss_mb']:.0f} loop_p99_ms={sweep['lag_p99_ms']:.1f}")
 

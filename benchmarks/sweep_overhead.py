@@ -23,10 +23,10 @@ from pathlib import Path
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
-import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig  # noqa: E402
 from harbor.trial.trial import Trial  # noqa: E402
 
+import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from prefect_harbor.sandbox import IMPORT_PATH  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

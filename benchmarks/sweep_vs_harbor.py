@@ -484,7 +484,8 @@ def report(rows: int, concurrency: int, harbor: dict | None, sweep: dict, server
     print("sweep CPU by thread: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in sweep["cpu_s"].items()))
     flow_start = epoch(server["flow_run_start"])
     if flow_start and sweep.get("first_trial_epoch"):
-        print(f"flow run started {flow_start - sweep['started_epoch']:.2f} s after the call; first sandbox {sweep['first_trial_epoch'] - flow_start:.2f} s after the flow run started")
+        print(f"flow run started {flow_start - sweep['started_epoch']:.2f} s after the call; first sandbox {sweep['first_trial_epoch'] - flow_start:.2f} s after the "
+            f"flow run started")
     print(
         f"server: {server['task_runs_at_end']} task runs recorded when the sweep returned, {server['task_runs']} after {server['settle_s']:.0f} s "
         f"({server['completed']} COMPLETED, {server['not_final']} not final; {server['row_runs']} holding rows ('row …' / 'rows from …'), "

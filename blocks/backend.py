@@ -10,12 +10,8 @@ from typing import Any, Literal
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
-from prefect_harbor.storage.archive import MiB, ArchiveLimits
-from prefect_harbor.trial import reward_key
-from prefect_harbor.trial.tampering import OnTampering
-from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.agents.bundles import BundleSpec, project_dir_for
-
+from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import (
     DEFAULT_MODEL_NAME,
     MODEL_AGENTS,
@@ -28,7 +24,9 @@ from prefect_harbor.config import (
     own_verifier,
     reject_legacy_keywords,
 )
-
+from prefect_harbor.storage.archive import ArchiveLimits, MiB
+from prefect_harbor.trial import reward_key
+from prefect_harbor.trial.tampering import OnTampering
 
 #: An AgentWorkflow's import path ``module:Class``.
 WORKFLOW_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
@@ -60,7 +58,7 @@ class HarborBackend(Block):
 
     tasks_dir: Path = Field(title="Tasks Directory", description="Template mode: one Harbor task directory. Dataset mode: a folder of task directories.")
     task_mode: TaskMode = Field(
-        default=None,
+        default=None,  # type: ignore[arg-type]  # empty in the form; the validator fills it before any use
         title="Task Mode",
         description=(
             "'template': every row runs a copy of tasks_dir with the row's prompt as instruction.md. 'dataset': metadata.harbor_task_id "
@@ -89,7 +87,8 @@ class HarborBackend(Block):
     grader: str | None = Field(title="Grader", default=None, description="An Osmosis Grader import path 'module:Class', used when a task has no tests/test.sh.")
     workflow_config: str | None = Field(title="Workflow Config", default=None, description="Import path 'module:attr' of the workflow's config, re-imported in the sandbox.")
     grader_config: str | None = Field(title="Grader Config", default=None, description="Import path 'module:attr' of the grader's config, re-imported in the sandbox.")
-    code_dir: Path | None = Field(title="Workflow Project Directory", default=None, description="The workflow's project (pyproject.toml plus one package); inferred from the workflow when omitted.")
+    code_dir: Path | None = Field(title="Workflow Project Directory", default=None, description="The workflow's project (pyproject.toml plus one package); inferred "
+        "from the workflow when omitted.")
     bundle: Path | None = Field(title="Prebuilt Bundle Wheel", default=None, description="A prebuilt bundle wheel to use instead of building code_dir.")
     environment: TrialEnvironment = Field(title="Trial Environment", default_factory=TrialEnvironment, description="The Harbor environment trials run in.")
     force_build: bool = Field(
@@ -100,8 +99,10 @@ class HarborBackend(Block):
             "(Harbor's force_build, as harbor run --force-build). Off: the prebuilt image is used when it can be had, else the Dockerfile is built."
         ),
     )
-    trials_dir: str = Field(title="Trials Directory", default_factory=default_trials_dir, description="Local folder for Harbor trial directories; empty: prefect-harbor/trials under the system temporary folder (/tmp).")
-    cleanup_successful_trials: bool = Field(title="Delete Successful Trial Directories", default=True, description="Delete a successful row's local trial directory after archiving.")
+    trials_dir: str = Field(title="Trials Directory", default_factory=default_trials_dir, description="Local folder for Harbor trial directories; empty: "
+        "prefect-harbor/trials under the system temporary folder (/tmp).")
+    cleanup_successful_trials: bool = Field(title="Delete Successful Trial Directories", default=True, description="Delete a successful row's local trial directory "
+        "after archiving.")
     patch_dockerfile_with_sdk: bool | None = Field(
         title="Preinstall the Bundle in Task Images",
         default=None, description="Preinstall the bundle's requirements once per task image (default: on whenever there is a bundle)."
@@ -111,7 +112,8 @@ class HarborBackend(Block):
         title="Max Queue Depth",
         default=None,
         json_schema_extra=lambda schema: _constrain_non_null(schema, minimum=1),
-        description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits admitted; kept for compatibility.",
+        description="Osmosis's bound on rows admitted but not yet running (at least 1). A sweep admits a row only when a trial slot is free, so no row ever waits "
+            "admitted; kept for compatibility.",
     )
     n_concurrent: int = Field(title="Trials at Once", default=4, ge=1, le=256, description="Trials running at once (Harbor TrialQueue n_concurrent).")
     attempts: int = Field(
@@ -120,7 +122,8 @@ class HarborBackend(Block):
         ge=1,
         description="Independent trials per dataset row (Harbor's n_attempts): each attempt has its own result row and archive; pass@k is reported for k up to this.",
     )
-    task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources (metadata.harbor_task) are honoured.")
+    task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources "
+        "(metadata.harbor_task) are honoured.")
     reward_key: str = Field(
         default=reward_key.DEFAULT,
         title="Reward Key",

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import fsspec
+from prefect._internal.compatibility.async_dispatch import async_dispatch
 from prefect.filesystems import WritableFileSystem
 from prefect.utilities.asyncutils import run_sync_in_worker_thread
-from prefect._internal.compatibility.async_dispatch import async_dispatch
 from pydantic import Field, SecretStr
 
 #: Prefect's own task results go under this folder of the results root.

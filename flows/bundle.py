@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.agents.bundles import inspect_bundle
-from prefect_harbor.flows.configuration import resolve_backend
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.pyenvs import cache_root
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.flows.configuration import resolve_backend
 from prefect_harbor.tasks.bundle import build_workflow_bundle, prepare_bundle_environment
 
 

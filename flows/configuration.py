@@ -20,7 +20,6 @@ from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, describe
 from prefect_harbor.sandbox.limits import ProcessBudgetError, trial_pids_limit
 
-
 #: What the run form's block picker sends for a picked block: ``{"$ref": {"block_document_id": "…"}}``.
 Reference = dict[str, Any]
 

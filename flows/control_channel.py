@@ -14,8 +14,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from prefect_harbor.storage.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
 from prefect_harbor.flows.cancellation import CancelScope
+from prefect_harbor.storage.control import CONTROL_FOLDER, STATUS_FILE, CancelRequest, RowTracker
 from prefect_harbor.storage.run_store import RunStore
 
 CONTROL_POLL_SECONDS = 1.0

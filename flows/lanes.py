@@ -27,13 +27,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
-from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.recorder import Recorder
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
+from prefect_harbor.storage.control import RowTracker
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks import Archiver, lane_task, run_trial, trial_and_archive
 from prefect_harbor.trial.row_trial import RunContext, base_result, cancelled_result, trial_name_for
 

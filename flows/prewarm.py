@@ -9,14 +9,14 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_table_artifact
 
+from prefect_harbor.agents.harness import BundleRuntime
+from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import check_process_budget, resolve_backend
-from prefect_harbor.agents.harness import BundleRuntime
-from prefect_harbor.agents.native import prepare_native_agent
-from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
 from prefect_harbor.rows.dataset import scan_dataset
 from prefect_harbor.tasks.prewarm import find_prewarmed, prewarm_trial
+from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
 from prefect_harbor.trial.row_trial import RunContext
 
 PREWARM_KEY = "prewarm-report"

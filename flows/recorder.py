@@ -19,9 +19,9 @@ from prefect import get_run_logger
 from prefect.exceptions import MissingContextError
 
 from prefect_harbor.flows.reporting import Progress, RowsTable
-from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
 from prefect_harbor.tasks.trial import log_outcome

@@ -9,9 +9,6 @@ import time
 from datetime import UTC, datetime
 from uuid import UUID
 
-from prefect.client.orchestration import get_client
-from prefect.runtime import flow_run
-
 from prefect.artifacts import (
     acreate_link_artifact,
     acreate_markdown_artifact,
@@ -19,12 +16,14 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.configuration import is_reference, referenced_block_name
 from prefect_harbor.outcome import figure, rounded
-from prefect_harbor.storage.results import RunTally, SweepSummary
 from prefect_harbor.stats.render import comparison_markdown, statistics_markdown, summary_columns
+from prefect_harbor.storage.results import RunTally, SweepSummary
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
@@ -199,9 +198,13 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
         table=[
             {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
              "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
-            *[{"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)} for task, score in summary.per_task.items()],
+            *[
+                {"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)}
+                for task, score in summary.per_task.items()
+            ],
         ],  # fmt: skip
-        description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost; 3 significant digits, summary.json has them in full), overall and per task.",
+        description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost; 3 significant digits, summary.json has them in "
+            f"full), overall and per task.",
     )
     await acreate_markdown_artifact(
         key=REPORT_KEY, markdown=report_markdown(summary, tally, superseded), description="How sure, what changed, what it cost; failures and slowest rows"

@@ -17,15 +17,15 @@ from typing import Any
 
 from prefect.context import get_run_context
 
+from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
-from prefect_harbor.storage.control import HEARTBEAT_FILE, HEARTBEAT_SECONDS, Heartbeat, find_stale_runs
 from prefect_harbor.flows.cancellation import mark_crashed
 from prefect_harbor.flows.selection import prepare_resume
-from prefect_harbor.agents.harness import BundleRuntime
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.dataset import DatasetInfo
+from prefect_harbor.storage.control import HEARTBEAT_FILE, HEARTBEAT_SECONDS, Heartbeat, find_stale_runs
 from prefect_harbor.storage.manifest import RunManifest, now, package_versions
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore, run_folder_of_flow_run, split_run_folder
 from prefect_harbor.trial.row_trial import RunContext
 

@@ -19,11 +19,11 @@ from pydantic_core import to_jsonable_python
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.attempts import RowAttempt, expand
 from prefect_harbor.rows.dataset import DatasetInfo, DatasetRow, RowProblem, iter_rows
 from prefect_harbor.storage.manifest import RunManifest
 from prefect_harbor.storage.reading import DamagedFile
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import inspect_dataset
 

@@ -20,10 +20,12 @@ from prefect.context import get_run_context
 from prefect.logging.handlers import APILogHandler
 from prefect.states import Cancelled, Completed, State
 
+from prefect_harbor.agents.harness import BundleRuntime
+from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.storage.control import RowTracker
+from prefect_harbor.flows import figures
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.flows.configuration import (
@@ -36,26 +38,24 @@ from prefect_harbor.flows.configuration import (
     resolve_backend,
     resolve_storage,
 )
-from prefect_harbor.flows.headline import SWEEP_CANCELLED, keep_the_headline
 from prefect_harbor.flows.control_channel import ControlChannel
+from prefect_harbor.flows.headline import SWEEP_CANCELLED, keep_the_headline
 from prefect_harbor.flows.lanes import Admission, LanePlan, Lanes, TrialRunner
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.flows import figures
-from prefect_harbor.agents.harness import BundleRuntime
-from prefect_harbor.agents.native import prepare_native_agent
-from prefect_harbor.trial.prewarm import PrewarmResult
-from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.rows.dataset import path_safe
+from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sandbox.proxy import proxy_secrets
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
-from prefect_harbor.rows.sources import TaskResolver
+from prefect_harbor.storage.control import RowTracker
+from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import Archiver
+from prefect_harbor.trial.prewarm import PrewarmResult
 from prefect_harbor.trial.row_trial import RunContext
 from prefect_harbor.trial.task_env import passed_through_secrets
 

@@ -97,9 +97,11 @@ class TaskSourcePolicy(BaseModel):
 
     model_config = ConfigDict(title="Task sources")
 
-    allowed_local_roots: list[str] = Field(title="Allowed Local Folders", default_factory=list, description="Extra local folders whose tasks rows may name (tasks_dir is always allowed).")
+    allowed_local_roots: list[str] = Field(title="Allowed Local Folders", default_factory=list, description="Extra local folders whose tasks rows may name "
+        "(tasks_dir is always allowed).")
     allowed_git_url_prefixes: list[str] = Field(title="Allowed Git URL Prefixes", default_factory=list, description="Git URLs rows may fetch tasks from, by prefix (e.g. 'https://github.com/acme/').")
-    allowed_registry_orgs: list[str] = Field(title="Allowed Registry Organisations", default_factory=list, description="Harbor registry organisations rows may name as 'org/name@ref'.")
+    allowed_registry_orgs: list[str] = Field(title="Allowed Registry Organisations", default_factory=list, description="Harbor registry organisations rows may name "
+        "as 'org/name@ref'.")
 
 
 def default_trials_dir() -> str:

@@ -386,7 +386,8 @@ def _side_image(service: Service, value: Any, context: _Context) -> None:
     # build (the same content, so the same cached image), unless the service has a build of its own.
     dockerfile = context.environment_dir / "Dockerfile"
     if not dockerfile.is_file():
-        raise ComposeNotSupported(f"{context.at('image')}: {_HARBOR_IMAGE} is main's image, built from the environment's Dockerfile, and there is none; give the service an image or a build.")
+        raise ComposeNotSupported(f"{context.at('image')}: {_HARBOR_IMAGE} is main's image, built from the environment's Dockerfile, and there is none; give the "
+            f"service an image or a build.")
     service.build = service.build or Build(context.environment_dir.resolve(), dockerfile.resolve())
 
 

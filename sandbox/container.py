@@ -59,12 +59,12 @@ from harbor.models.trial.paths import TrialPaths
 from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
-from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
-from prefect_harbor.sandbox.network import ensure_network, isolate_ports
-from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, default_extra_ca_certs
+from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
+from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.proxy import container_proxy_variables
+from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 from prefect_harbor.sandbox.trial_report import TrialReport
@@ -359,9 +359,9 @@ class ContainerEnvironment(BaseEnvironment):
             result = await self.exec(command, user="root")
             if result.return_code == 0:
                 return
-            state = await podman("inspect", "--format", "{{.State.Status}}", self._container)
+            state = await podman("inspect", "--format", "{{.State.Status}}", self._require_container())
             if state.text not in ("running", "created", "configured"):
-                logs = await podman("logs", "--tail", "30", self._container)
+                logs = await podman("logs", "--tail", "30", self._require_container())
                 raise RuntimeError(
                     f"the container from {image} exited before it could run commands ({state.text}); "
                     f"its ENTRYPOINT must end by running its arguments (exec \"$@\"). Output:\n"
@@ -457,14 +457,15 @@ class ContainerEnvironment(BaseEnvironment):
     async def _collect(self, process: EngineProcess) -> tuple[str, str]:
         callback = self._output_callback()
 
-        async def read(stream: asyncio.StreamReader, name: str) -> str:
+        async def read(stream: asyncio.StreamReader | None, name: str) -> str:
+            assert stream is not None, "started with stdout and stderr piped"
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             parts: list[str] = []
             while chunk := await stream.read(_READ_CHUNK):
                 text = decoder.decode(chunk)
                 parts.append(text)
                 if callback and text:
-                    await callback(text, name)  # type: ignore[arg-type]
+                    await callback(text, name)
             parts.append(decoder.decode(b"", final=True))
             return "".join(parts)
 
@@ -491,7 +492,7 @@ class ContainerEnvironment(BaseEnvironment):
             raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
         return self._container
 
-    def _service_container(self, service: str) -> str:
+    def _service_container(self, service: str | None) -> str:
         if service not in self._services:
             running = ", ".join(self._services) or "none"
             raise RuntimeError(f"{self.session_id}: no compose service {service!r} is running (running beside main: {running}).")
@@ -691,7 +692,7 @@ def check_userns(userns: str | None) -> str | None:
 
 
 def check_environment_definition(
-    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: logging.Logger | logging.LoggerAdapter | None = None
+    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: LogTarget | logging.LoggerAdapter | None = None
 ) -> Project | None:
     """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
     warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
@@ -711,12 +712,12 @@ def with_service_image(config: EnvironmentConfig, service: Service | None) -> En
 
 async def service_images(
     resolver: ImageResolver, project: Project | None, name: str, config: EnvironmentConfig, *, build: bool = True,
-    warn: logging.Logger | logging.LoggerAdapter,
+    warn: LogTarget | logging.LoggerAdapter,
 ) -> dict[str, str]:  # fmt: skip
     """The image of each compose service beside main, by service name (built, or found by content)."""
     services = project.services.values() if project else ()
     return {
-        service.name: await resolver.service_image(service, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)  # type: ignore[arg-type]
+        service.name: await resolver.service_image(service, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
         for service in services
     }
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _FROM = re.compile(r"^\s*FROM\s+(?P<args>(?:--\S+\s+)*)(?P<image>\S+)(?:\s+AS\s+(?P<stage>\S+))?\s*$", re.IGNORECASE)
@@ -90,7 +90,7 @@ def external_bases(froms: list[FromLine]) -> list[str]:
     return bases
 
 
-def pin_bases(dockerfile: str, bases: Mapping[str, str], after_each_from: list[str] = ()) -> str:
+def pin_bases(dockerfile: str, bases: Mapping[str, str], after_each_from: Sequence[str] = ()) -> str:
     """``dockerfile`` with each external FROM naming its resolved image, then ``after_each_from`` lines."""
     lines = dockerfile.splitlines()
     for line in reversed(parse_from_lines(dockerfile)):
@@ -206,8 +206,9 @@ def pin_copy_sources(dockerfile: str, images: Mapping[str, str]) -> str:
     for start, end, line in logical_lines(dockerfile):
         for source in set(_sources(line)) & set(images):
             option = re.compile(rf"(?P<key>--from=|[=,]from=){re.escape(source)}(?=[\s,]|$)", re.IGNORECASE)
+            replacement = r"\g<key>" + images[source].replace("\\", r"\\")
             for index in range(start, end + 1):
-                lines[index] = option.sub(lambda match: match["key"] + images[source], lines[index])
+                lines[index] = option.sub(replacement, lines[index])
     return "\n".join(lines) + "\n"
 
 
@@ -226,7 +227,9 @@ def create_workdirs(dockerfile: str) -> str:
         return dockerfile
     final = starts[-1]
     inserts: list[tuple[int, str]] = []
-    user = _user_at_stage_ends(instructions[:final]).get(_FROM.match(instructions[final][2])["image"].lower())
+    final_from = _FROM.match(instructions[final][2])
+    assert final_from is not None, "a stage starts at a FROM line"
+    user = _user_at_stage_ends(instructions[:final]).get(final_from["image"].lower())
     for _, end, line in instructions[final + 1 :]:
         if _keyword(line) == "USER":
             user = _user_of(line)

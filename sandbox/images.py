@@ -40,7 +40,14 @@ from harbor.utils.container_cache import docker_build_context_hash
 from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
 from prefect_harbor.sandbox.compose import Service
 from prefect_harbor.sandbox.dockerfile import (
-    copy_from_images, create_workdirs, external_bases, lower_heredocs, parse_from_lines, pin_bases, pin_copy_sources, with_arg_defaults,
+    copy_from_images,
+    create_workdirs,
+    external_bases,
+    lower_heredocs,
+    parse_from_lines,
+    pin_bases,
+    pin_copy_sources,
+    with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT, build_cgroup_parent
@@ -61,6 +68,8 @@ _CA_STAGE = "prefect-harbor-extra-ca"
 _CA_DIR_IN_IMAGE = "/usr/local/share/ca-certificates/prefect-harbor"
 
 logger = logging.getLogger(__name__)
+#: Where images' warnings go: a logger, or a trial's logger adapter.
+type LogTarget = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
 class ImageBuildError(RuntimeError):
@@ -159,7 +168,7 @@ class ImageResolver:
 
     # ------------------------------------------------------------------ bases
 
-    async def resolve(self, reference: str, *, warn: logging.Logger = logger, shipped: bool = True) -> str:
+    async def resolve(self, reference: str, *, warn: LogTarget = logger, shipped: bool = True) -> str:
         """A local image for ``reference``, pulling or standing in as the module docstring says;
         without ``shipped``, a stand-in this project ships does not count as found."""
         normalized = normalize_reference(reference)
@@ -171,7 +180,7 @@ class ImageResolver:
             warn.warning(self._stood_in[normalized])
         return self._known[normalized]
 
-    async def _find(self, reference: str, normalized: str, warn: logging.Logger, shipped: bool = True) -> str:
+    async def _find(self, reference: str, normalized: str, warn: LogTarget, shipped: bool = True) -> str:
         if await _exists(normalized):
             return normalized
         if self.settings.pull and normalized not in self._unpullable:
@@ -206,7 +215,7 @@ class ImageResolver:
             f"in the backend's base_images."
         )
 
-    async def _bootstrap(self, reference: str, normalized: str, warn: logging.Logger) -> str | None:
+    async def _bootstrap(self, reference: str, normalized: str, warn: LogTarget) -> str | None:
         """``debian:<suite>`` or ``debian:<version>`` bootstrapped from Debian's mirror on first use, once
         per suite on this host (as ``prefect-harbor images bootstrap`` does); None for other references."""
         from prefect_harbor.sandbox.bootstrap import bootstrap, debian_suite  # it names its images with this module's helpers
@@ -227,7 +236,7 @@ class ImageResolver:
         warn.info(f"Base image {reference!r} cannot be pulled; bootstrapped {made!r} from Debian's mirror (its current {suite}).")
         return made
 
-    async def _stand_in(self, stand_in: StandIn, reference: str, warn: logging.Logger) -> tuple[str, str]:
+    async def _stand_in(self, stand_in: StandIn, reference: str, warn: LogTarget) -> tuple[str, str]:
         """The local image of a shipped stand-in (built from its context on first use) and what it is."""
         if stand_in.image:
             return await self.resolve(stand_in.image, warn=warn), stand_in.what
@@ -254,7 +263,7 @@ class ImageResolver:
 
     async def task_image(
         self, environment_dir: Path, name: str, config: EnvironmentConfig, *, force_build: bool = False, build: bool = True,
-        warn: logging.Logger = logger,
+        warn: LogTarget = logger,
     ) -> str:  # fmt: skip
         """A task's image: its ``docker_image`` as Harbor decides to use it, else built from its Dockerfile.
 
@@ -295,7 +304,7 @@ class ImageResolver:
         return image
 
     async def service_image(
-        self, service: Service, name: str, *, timeout_sec: float, build: bool = True, warn: logging.Logger = logger
+        self, service: Service, name: str, *, timeout_sec: float, build: bool = True, warn: LogTarget = logger
     ) -> str:
         """The image of a compose service beside main: built from its own context, or its ``image``
         found as a base is (local, pulled, bootstrapped or a stand-in)."""
@@ -308,7 +317,7 @@ class ImageResolver:
 
     async def ensure_built(
         self, environment_dir: Path, name: str, *, timeout_sec: float, dockerfile: Path | None = None, build: bool = True,
-        build_args: dict[str, str] | None = None, warn: logging.Logger = logger,
+        build_args: dict[str, str] | None = None, warn: LogTarget = logger,
     ) -> str:  # fmt: skip
         """The tag of the image built from ``environment_dir`` (and its ``Dockerfile``, or
         ``dockerfile``, its global ARG defaults set to ``build_args``), building it (with
@@ -359,7 +368,8 @@ class ImageResolver:
         log_path = self.log_path(tag)
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
             rewritten = Path(scratch, "Dockerfile")
-            args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag, "--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
+            args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag]
+            args += ["--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
             args += await build_isolation(slot, self.settings.pids_limit)
             args += await _downloads(guarded, Path(scratch, "downloads"), dockerfile)
             text_out = pin_bases(guarded.text, bases, self._trust_store_lines())

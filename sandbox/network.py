@@ -177,7 +177,8 @@ class Relay(socketserver.ThreadingTCPServer):
 
     @property
     def address(self) -> tuple[str, int]:
-        return self.server_address[0], self.server_address[1]
+        host, port = self.server_address[:2]
+        return str(host), port
 
     def close(self) -> None:
         """Stop serving and withdraw the admission: the port is closed to containers again."""

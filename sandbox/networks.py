@@ -84,7 +84,8 @@ def _check_network(name: str, settings: Any, where: str) -> None:
     if settings.get("external"):
         raise NetworkNotHonoured(f"{where}.external: a trial joins none of the host's networks; drop external and let the trial make its own.")
     if settings.get("internal"):
-        raise NetworkNotHonoured(f"{where}.internal: to keep a trial from the outside, set task.toml's [environment] network_mode = \"no-network\" (its services still reach each other).")
+        raise NetworkNotHonoured(f"{where}.internal: to keep a trial from the outside, set task.toml's [environment] network_mode = \"no-network\" (its services "
+            f"still reach each other).")
     if settings.get("driver", "bridge") != "bridge":
         raise NetworkNotHonoured(f"{where}.driver: {settings['driver']!r}; only a plain bridge network is honoured (drop the driver).")
     other = sorted(key for key, value in settings.items() if value and key not in {"driver", "external", "internal", *_NETWORK_KEYS_IGNORED} and not str(key).startswith("x-"))

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
@@ -67,8 +68,15 @@ class EngineProcess:
             self._popen.stdin.close()
 
     def _feed(self, data: bytes) -> None:
+        assert self._popen.stdin is not None, "started with stdin=PIPE"
         with contextlib.suppress(BrokenPipeError), self._popen.stdin as pipe:  # a child that exits early reads no more
             pipe.write(data)
+
+
+def _discard_once_started(done: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """A start whose caller was cancelled: the process it made, if any, killed and reaped."""
+    if not done.cancelled() and done.exception() is None:
+        _discard(done.result(), close_pipes=True)
 
 
 def _starter_pool() -> ThreadPoolExecutor:
@@ -93,11 +101,13 @@ async def start_engine_process(argv: list[str], *, stdin: Stdio, stdout: Stdio, 
     If the caller is cancelled while the start is under way, the process is killed and
     reaped as soon as it exists."""
     loop = asyncio.get_running_loop()
-    starting = loop.run_in_executor(_starter_pool(), functools.partial(subprocess.Popen, argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env))
+    # Bytes, not text (no text=True): typeshed's overloads cannot tell through functools.partial.
+    start: Callable[[], subprocess.Popen[bytes]] = functools.partial(subprocess.Popen, argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env)  # type: ignore[assignment]
+    starting = loop.run_in_executor(_starter_pool(), start)
     try:
         popen = await asyncio.shield(starting)
     except asyncio.CancelledError:
-        starting.add_done_callback(lambda done: done.cancelled() or done.exception() is not None or _discard(done.result(), close_pipes=True))
+        starting.add_done_callback(_discard_once_started)
         raise
     try:
         return EngineProcess(popen, await _stream(popen.stdout), await _stream(popen.stderr))

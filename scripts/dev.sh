@@ -83,6 +83,13 @@ setup() {
 export PREFECT_SERVER_ANALYTICS_ENABLED="${PREFECT_SERVER_ANALYTICS_ENABLED:-false}"
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-120}"
 
+# The linters CI runs before the tests: ruff (pyproject.toml [tool.ruff]) and mypy on the core and sandbox.
+lint() {
+    say "Lint (ruff) and types (mypy)"
+    .venv/bin/ruff check .
+    bash scripts/typecheck.sh
+}
+
 case "${1:-}" in
     setup)
         setup ;;
@@ -90,14 +97,23 @@ case "${1:-}" in
         setup
         say "Sweeping the bundled example tasks (examples/dataset.jsonl)"
         exec .venv/bin/prefect-harbor sweep --tasks-dir examples/tasks --dataset examples/dataset.jsonl --results results ;;
+    lint)
+        setup
+        lint ;;
     test)
         setup test
         shift
+        lint
         # Two processes (pytest-xdist): much of a test is waiting (podman, servers, sleeps), so two
         # cores overlap it: 469 tests in 10 min 26 s here, where one process took 15 min for 367.
         # tests/conftest.py keeps a module, and the UI-server tests, in one process.
-        exec .venv/bin/python -m pytest -n 2 "$@" ;;
+        # The fast tier first (about 1.5 min): a broken unit stops the run before the slow tiers start.
+        say "Fast tier (not integration, not slow)"
+        # (Exit status 5 is "no test selected": arguments that name only tests of the other tier.)
+        .venv/bin/python -m pytest -n 2 -m "not integration and not slow" -x "$@" || [ $? -eq 5 ]
+        say "Integration and slow tiers (real trials, servers, S3, browser)"
+        .venv/bin/python -m pytest -n 2 -m "integration or slow" "$@" || [ $? -eq 5 ] ;;
     *)
-        echo "usage: bash scripts/dev.sh {demo|test|setup}" >&2
+        echo "usage: bash scripts/dev.sh {demo|test|setup|lint}" >&2
         exit 2 ;;
 esac

@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect_harbor.storage.archive import ArchiveReport, archive_row
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.storage.archive import ArchiveReport, archive_row
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.trial.row_trial import RunContext, release_trial
 

@@ -6,8 +6,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_task, set_up_before
 from prefect_harbor.rows.sources import ResolvedTask
+from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_task, set_up_before
 from prefect_harbor.trial.row_trial import RunContext
 
 

@@ -30,11 +30,11 @@ from prefect.states import Cancelled, Completed, Failed, State
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.outcome import Counts, describe, figure, row_line, state_name
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks.archive import Archiver
 from prefect_harbor.trial.row_trial import RunContext, run_row, verifier_output
 

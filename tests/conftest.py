@@ -185,7 +185,6 @@ def served(ui_server: str, serve_process, tmp_path) -> Iterator[dict]:
     stopped after it, as a per-test serve would have.
     """
     import httpx
-
     from deployment_helpers import api_env
 
     serve_process.ensure_running()

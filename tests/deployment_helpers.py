@@ -103,7 +103,10 @@ def api_env(base: str, tmp_path: Path, **extra: str) -> dict:
 
 def save_backend(env: dict, name: str, tasks_dir: Path, **fields) -> None:
     """Save an oracle, dataset-mode Harbor Backend block from a process of its own (as a user would)."""
-    code = f"from prefect_harbor.blocks import HarborBackend as B; B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
+    code = (
+        f"from prefect_harbor.blocks import HarborBackend as B; "
+        f"B(tasks_dir={str(tasks_dir)!r}, task_mode='dataset', agent='oracle', **{fields!r}).save({name!r}, overwrite=True)"
+    )
     subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
 
 

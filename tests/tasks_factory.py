@@ -6,7 +6,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-
 #: A base image every test machine has (scripts/dev.sh bootstraps it from Debian's mirror).
 BASE_IMAGE = "prefect-harbor.local/library/debian:bookworm-slim"
 #: The image every test task shares (one build, cached): Debian with what the checks use.
@@ -97,7 +96,8 @@ def write_terminal_bench_task(root: Path, name: str, solve: str, check: str) -> 
     task = root / name
     task.mkdir(parents=True)
     # A fresh token per call: the converted copy is cached by content, and a test must see its conversion.
-    (task / "task.yaml").write_text(f"instruction: |\n  Task {name} ({uuid.uuid4().hex}).\nauthor_name: tests\ndifficulty: easy\nmax_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n")
+    (task / "task.yaml").write_text(f"instruction: |\n  Task {name} ({uuid.uuid4().hex}).\nauthor_name: tests\ndifficulty: easy\nmax_agent_timeout_sec: "
+        f"120\nmax_test_timeout_sec: 60\n")
     (task / "Dockerfile").write_text(BASE_DOCKERFILE)
     (task / "docker-compose.yaml").write_text(
         "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from prefect_harbor.storage.archive_names import storable
-from prefect_harbor.storage.archive import CHUNK, MiB, ArchiveLimits, ScrubFailed, archive_folder, archive_name, archive_row, prepare_tree
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
+from prefect_harbor.storage.archive import CHUNK, ArchiveLimits, MiB, ScrubFailed, archive_folder, archive_name, archive_row, prepare_tree
+from prefect_harbor.storage.archive_names import storable
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 
 KEY = "sk-archive-test-91c3"
@@ -218,11 +218,11 @@ def test_a_huge_sparse_file_is_cut_without_being_read_whole(tmp_path):
 
 
 def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
+    from paths import EXAMPLE_TASKS
+
     from prefect_harbor.blocks import HarborBackend
     from prefect_harbor.tasks.archive import Archiver
     from prefect_harbor.trial.row_trial import RunContext
-
-    from paths import EXAMPLE_TASKS
 
     def out_of_memory(*args, **kwargs):
         raise MemoryError()

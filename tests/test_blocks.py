@@ -4,14 +4,13 @@ import inspect
 import re
 
 import pytest
+from paths import EXAMPLE_TASKS
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import ValidationError
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint, ResultsStorage
 from prefect_harbor.config import LEGACY_KEYWORDS, TaskSourcePolicy, TrialEnvironment
 from prefect_harbor.sandbox import IMPORT_PATH
-
-from paths import EXAMPLE_TASKS
 
 TEMPLATE = EXAMPLE_TASKS / "reward-txt"
 

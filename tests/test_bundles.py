@@ -8,12 +8,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from paths import OSMOSIS_PROJECT
 
 from prefect_harbor.agents import pyenvs
 from prefect_harbor.agents.bundles import BundleError, BundleSpec, build_bundle, check_bundle_imports, inspect_bundle, project_dir_for, shim_source
-from prefect_harbor.config import ConfigurationError
 from prefect_harbor.agents.pyenvs import prepare_env
-from paths import OSMOSIS_PROJECT
+from prefect_harbor.config import ConfigurationError
 
 PROJECT = OSMOSIS_PROJECT
 SPEC = BundleSpec(

@@ -4,10 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tasks_factory import BASE_IMAGE, write_task
 from typer.testing import CliRunner
 
 from prefect_harbor.cli.commands import app
-from tasks_factory import BASE_IMAGE, write_task
 
 
 def check(*args: str) -> tuple[int, str]:

@@ -88,8 +88,8 @@ def test_the_sweeps_table_prints_the_interval_pass_at_k_and_tokens_per_task_and_
 
 def test_the_sweeps_summary_names_flagged_verifier_output_even_without_token_usage(capsys):
     from prefect_harbor.cli.commands import print_summary
-    from prefect_harbor.storage.results import SweepSummary, TaskScore
     from prefect_harbor.stats.summary import summarize
+    from prefect_harbor.storage.results import SweepSummary, TaskScore
 
     statistics = summarize([{"row_id": "a", "task": "t", "status": "success", "reward": 1.0, "verifier_tampering": "reward.txt rewritten"}])
     summary = SweepSummary(

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from prefect_harbor.cli.commands import app
-from prefect_harbor.storage.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
 from prefect_harbor.flows.selection import prepare_resume
+from prefect_harbor.storage.control import HEARTBEAT_FILE, STATUS_FILE, Heartbeat, RowTracker
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunManifest, RunStore
 

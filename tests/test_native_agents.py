@@ -9,8 +9,6 @@ import pytest
 from harbor.agents.factory import AgentFactory
 from pydantic import SecretStr
 
-from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
 from prefect_harbor.agents.native import (
     NO_API_KEY,
     PREPARED_MINI_SWE_AGENT,
@@ -20,6 +18,8 @@ from prefect_harbor.agents.native import (
 )
 from prefect_harbor.agents.prepared_mini_swe_agent import PreparedMiniSweAgent
 from prefect_harbor.agents.pyenvs import PreparedEnv
+from prefect_harbor.blocks.endpoint import ModelEndpoint
+from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
 from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
 
 KEY = "sk-unit-test-key"

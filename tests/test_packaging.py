@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
-
 from paths import REPO
 
 

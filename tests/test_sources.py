@@ -4,14 +4,13 @@ import asyncio
 import shutil
 
 import pytest
+from paths import EXAMPLE_TASKS
+from tasks_factory import git_task_repo
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.config import TaskSourcePolicy
 from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.rows.sources import RowRejected, TaskResolver, parse_task_ref
-
-from paths import EXAMPLE_TASKS
-from tasks_factory import git_task_repo
 
 
 def backend(**policy) -> HarborBackend:

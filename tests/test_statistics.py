@@ -189,5 +189,8 @@ def test_a_comparison_pairs_rows_and_names_what_changed():
 def test_a_row_run_more_times_with_the_same_outcome_has_not_changed():
     once = [{"row_id": "a-1", "task": "a", "attempt": 1, "status": "success", "reward": 1.0}, {"row_id": "b-1", "task": "b", "attempt": 1, "status": "success", "reward": 1.0}]
     thrice = [{"row_id": "a-1", "task": "a", "attempt": k, "status": "success", "reward": 1.0} for k in (1, 2, 3)]
-    thrice += [{"row_id": "b-1", "task": "b", "attempt": k, "status": status, "reward": 1.0 if status == "success" else None} for k, status in ((1, "success"), (2, "failure"), (3, "success"))]
+    thrice += [
+        {"row_id": "b-1", "task": "b", "attempt": k, "status": status, "reward": 1.0 if status == "success" else None}
+        for k, status in ((1, "success"), (2, "failure"), (3, "success"))
+    ]
     assert [c.row_id for c in compare(once, thrice, "A", "B").changed] == ["b-1"]

@@ -1,11 +1,10 @@
 """A task.toml may read only the host variables the backend lists (task_env_passthrough)."""
 
 import pytest
+from tasks_factory import write_task
 
 from prefect_harbor.rows.sources import RowRejected
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
-
-from tasks_factory import write_task
 
 SECTIONS = {
     "[environment.env]": '[environment.env]\nTOKEN = "${AWS_SECRET_ACCESS_KEY}"\n',
@@ -35,10 +34,10 @@ def test_listed_variables_and_literals_pass(tmp_path):
 
 def test_passed_through_credentials_are_secrets_of_the_run(monkeypatch):
     """A token a task may read (task.toml or compose ${VAR}) is redacted wherever the sweep writes, as the model key is."""
+    from paths import EXAMPLE_TASKS
+
     from prefect_harbor.blocks import HarborBackend
     from prefect_harbor.flows.sweep import run_secrets
-
-    from paths import EXAMPLE_TASKS
 
     monkeypatch.setenv("GH_TOKEN", "ghp_a_passed_through_token")
     monkeypatch.setenv("LOG_LEVEL", "debug-and-more")

@@ -7,20 +7,27 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
+from paths import EXAMPLE_TASKS
 from pydantic import ValidationError
 
-from prefect_harbor.blocks import HarborBackend, ModelEndpoint
-from prefect_harbor.storage.results import RowResult
-from prefect_harbor.rows.dataset import DatasetRow
-from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
 from prefect_harbor.agents.bundles import Bundle
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.pyenvs import prepare_env
+from prefect_harbor.blocks import HarborBackend, ModelEndpoint
+from prefect_harbor.rows.dataset import DatasetRow
+from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.row_trial import (
-    RunContext, base_result, build_trial_config, cancelled_result, environment_kwargs, model_for, outcome, prepare_task, trial_name_for,
+    RunContext,
+    base_result,
+    build_trial_config,
+    cancelled_result,
+    environment_kwargs,
+    model_for,
+    outcome,
+    prepare_task,
+    trial_name_for,
 )  # fmt: skip
-
-from paths import EXAMPLE_TASKS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LOG = logging.getLogger("test")
@@ -161,7 +168,8 @@ def test_a_verifier_failure_is_a_verifier_error_not_a_scored_zero():
 
 def test_a_reward_json_that_is_not_an_object_names_the_file_and_the_fix():
     result = outcome(BASE, trial_result(None, error="ValidationError", error_at=T0 + timedelta(seconds=5, milliseconds=5)).model_copy(
-        update={"exception_info": ExceptionInfo.model_construct(exception_type="ValidationError", exception_message="Input should be a valid dictionary", occurred_at=T0 + timedelta(seconds=5, milliseconds=5))}
+        update={"exception_info": ExceptionInfo.model_construct(exception_type="ValidationError", exception_message="Input should be a valid "
+            "dictionary", occurred_at=T0 + timedelta(seconds=5, milliseconds=5))}
     ))  # fmt: skip
     assert (result.err_category, result.err_phase) == ("verifier_error", "verifier")
     assert "verifier/reward.json must hold a JSON object of numbers" in result.err_message

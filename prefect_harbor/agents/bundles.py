@@ -29,8 +29,8 @@ from pathlib import Path
 
 import toml
 
-from prefect_harbor.config import ConfigurationError
 from prefect_harbor.agents.pyenvs import PreparedEnv, uv_binary
+from prefect_harbor.config import ConfigurationError
 
 SHIM_MODULE = "bundle_main"
 AGENT_ENTRY = f"{SHIM_MODULE}:agent_main"

@@ -39,9 +39,9 @@ from typing import Any
 import yaml
 from harbor.models.trial.config import AgentConfig
 
+from prefect_harbor.agents.pyenvs import PreparedEnv, cache_root, prepare_env
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, NATIVE_AGENTS, ConfigurationError
-from prefect_harbor.agents.pyenvs import PreparedEnv, cache_root, prepare_env
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 
 #: The mini-swe-agent release the prepared environment holds: a 2.x (harbor 0.25 drives

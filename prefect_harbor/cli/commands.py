@@ -30,9 +30,9 @@ from rich.table import Table
 from prefect_harbor.agents.bundles import check_project
 from prefect_harbor.cli.compare import compare
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
+from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 from prefect_harbor.stats.render import headline_figures, tokens_text
 from prefect_harbor.storage.results import SweepSummary
-from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 
 #: Prefect's temporary server may take this long to answer before a command gives up (Prefect's own
 #: default, 20 s, is too short on a loaded machine: the server alone takes 5-6 s to start on an idle one).
@@ -72,7 +72,8 @@ err = Console(stderr=True)
 TasksDir = Annotated[Path | None, typer.Option(help="A task directory (template) or a folder of tasks (dataset).")]
 Mode = Annotated[
     TaskMode | None,
-    typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task. Default: template for one task, dataset for a folder of tasks."),
+    typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task. Default: template for one task, dataset for a "
+        "folder of tasks."),
 ]
 Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")]
 Grader = Annotated[str | None, typer.Option(help="An Osmosis Grader 'module:Class' for tasks without tests/test.sh.")]
@@ -380,8 +381,8 @@ def cleanup(
     storage_block: Annotated[str | None, typer.Option(help="The results root of a saved Results Storage block instead.")] = None,
 ) -> None:
     """Remove trial containers left behind by sweeps whose process died, and mark such runs Crashed."""
-    from prefect_harbor.storage.control import find_stale_runs
     from prefect_harbor.sandbox.janitor import reap_orphans
+    from prefect_harbor.storage.control import find_stale_runs
 
     reaped = reap_orphans()
     for name in reaped:

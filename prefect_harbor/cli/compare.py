@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prefect_harbor.stats.compare import Comparison, compare_tables, signed
 from prefect_harbor.outcome import figure
+from prefect_harbor.stats.compare import Comparison, compare_tables, signed
 from prefect_harbor.stats.render import difference_text, outcome_text, tokens_text
 from prefect_harbor.stats.summary import RunStatistics
 

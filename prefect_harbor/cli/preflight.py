@@ -19,9 +19,9 @@ from pathlib import Path
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
+from prefect_harbor.rows.sources import RowRejected, TaskResolver
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.images import BaseNotMadeError, ImageSource
-from prefect_harbor.rows.sources import RowRejected, TaskResolver
 from prefect_harbor.trial.row_trial import task_environment_kwargs, validate_task
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from prefect_harbor.rows.terminal_bench import as_harbor_task, is_terminal_bench
 
 if TYPE_CHECKING:
     from prefect_harbor.blocks.backend import HarborBackend
+    from prefect_harbor.storage.results import ErrorCategory
 
 type TaskRef = GitTaskId | LocalTaskId | PackageTaskId
 
@@ -31,7 +32,7 @@ type TaskRef = GitTaskId | LocalTaskId | PackageTaskId
 class RowRejected(Exception):
     """A row that cannot become a trial; it is recorded as a failure with this reason."""
 
-    def __init__(self, message: str, category: str = "validation_error"):
+    def __init__(self, message: str, category: ErrorCategory = "validation_error"):
         super().__init__(message)
         self.category = category
 

@@ -110,8 +110,9 @@ def compare(baseline: Iterable[Mapping[str, Any]], candidate: Iterable[Mapping[s
     for row_id in paired:
         a, b = before[row_id], after[row_id]
         task = b.task if b.task != NO_TASK else a.task
-        delta = None if a.mean is None or b.mean is None else b.mean - a.mean
-        if delta is not None:
+        delta = None
+        if a.mean is not None and b.mean is not None:
+            delta = b.mean - a.mean
             by_task[task].append((a.mean, b.mean))
         if (delta is not None and abs(delta) > EPSILON) or (a.mean is None) != (b.mean is None) or not a.ended_like(b):
             changed.append(RowChange(row_id=row_id, task=task, baseline=a, candidate=b, difference=delta))

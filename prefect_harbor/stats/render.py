@@ -72,7 +72,8 @@ def statistics_markdown(statistics: RunStatistics) -> str:
         lines.append(f"| {name} | {figures.rows} | {figures.trials} | {figures.scored} | {mean} | {ci} |{passes} {tokens_text(figures.tokens)} |")
     lines.append("")
     if statistics.pass_at_k:
-        lines.append("pass@k: the unbiased estimator (Chen et al. 2021, Harbor's `compute_pass_at_k_by_evals`), a row being one problem; an attempt that finished without a reward counts as not passed, cancelled attempts count for neither.")
+        lines.append("pass@k: the unbiased estimator (Chen et al. 2021, Harbor's `compute_pass_at_k_by_evals`), a row being one problem; an attempt that finished "
+            "without a reward counts as not passed, cancelled attempts count for neither.")
     else:
         lines.append(f"pass@k: not given ({statistics.pass_at_k_note}).")
     usage = tokens_text(statistics.tokens)

@@ -99,6 +99,7 @@ class _Row:
 def figures_of(rows: list[_Row], max_k: int) -> tuple[Figures, str | None]:
     """The figures of ``rows``, and why pass@k is not given when it is not."""
     non_binary = next((row.non_binary for row in rows if row.non_binary is not None), None)
+    note: str | None
     if non_binary is not None:
         curve, note = {}, f"pass@k needs rewards of 0 or 1 (Harbor's rule); this run has others, e.g. {non_binary:g}"
     else:

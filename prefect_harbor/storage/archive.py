@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from prefect_harbor.storage.archive_names import KEY_BYTES, storable
-from prefect_harbor.storage.results import RowResult
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.secrets import REDACTED, Redactor
+from prefect_harbor.storage.archive_names import KEY_BYTES, storable
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 
 MiB = 1 << 20

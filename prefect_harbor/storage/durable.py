@@ -152,16 +152,19 @@ class DurableFolder:
             if still:  # the storage is still down: keep the rest without another retry cycle each
                 still.append(relative)
                 continue
-            local = self.fallback_dir / relative
             try:
-                self._retry(lambda: self._put(f"{self.run_path}/{relative}", local.read_bytes()), f"push {relative}")
+                self._push(relative)
             except StorageUnavailable:
                 still.append(relative)
-            else:
-                local.unlink()
         self.unsent = still
         if still:
             self._down_since = time.monotonic()
+
+    def _push(self, relative: str) -> None:
+        """One locally kept file to the storage (with retries), then removed here."""
+        local = self.fallback_dir / relative
+        self._retry(lambda: self._put(f"{self.run_path}/{relative}", local.read_bytes()), f"push {relative}")
+        local.unlink()
 
     # ---------------------------------------------------------------- reads
 

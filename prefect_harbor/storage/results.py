@@ -8,8 +8,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 import pyarrow as pa

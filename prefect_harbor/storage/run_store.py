@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ class RunStore(DurableFolder):
 
     # ---------------------------------------------------------------- resume
 
-    def restart_from(self, kept: list[RowResult], dropped: list[RowResult] = ()) -> None:
+    def restart_from(self, kept: list[RowResult], dropped: Sequence[RowResult] = ()) -> None:
         """Drop the recorded rows a resumed run will redo, with their archives (and old control
         requests, already answered); keep ``kept`` as one part."""
         for relative in ("results.parquet", "parts", "control"):

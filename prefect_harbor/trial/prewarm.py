@@ -26,12 +26,12 @@ from pathlib import Path
 from harbor.trial.trial import Trial
 from pydantic import BaseModel, Field
 
+from prefect_harbor.agents.pyenvs import cache_root
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.agents.pyenvs import cache_root
 from prefect_harbor.rows.dataset import DatasetRow
-from prefect_harbor.sandbox import ImageBuildError, prepare_task_image, present_images, task_image_names
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, task_dir_under
+from prefect_harbor.sandbox import ImageBuildError, prepare_task_image, present_images, task_image_names
 from prefect_harbor.storage.manifest import package_versions
 from prefect_harbor.trial.row_trial import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
 

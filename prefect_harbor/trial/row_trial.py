@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from harbor.models.task.config import TaskConfig as HarborTaskConfig
@@ -26,20 +27,20 @@ from harbor.trial.hooks import TrialEvent
 from harbor.trial.trial import Trial
 from pydantic import ValidationError
 
-from prefect_harbor.bounds import REWARD_FILE_BYTES, read_tail
-from prefect_harbor.trial import reward_key, tampering
-from prefect_harbor.trial.bounded_verifier import IMPORT_PATH as BOUNDED_VERIFIER
-from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
 from prefect_harbor.agents.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, sample_messages, stage_grader
 from prefect_harbor.agents.native import native_agent_config
-from prefect_harbor.storage.results import ErrorCategory, RowResult
+from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.bounds import REWARD_FILE_BYTES, read_tail
+from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
+from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
 from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
 from prefect_harbor.secrets import Redactor
-from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
+from prefect_harbor.storage.results import ErrorCategory, RowResult
+from prefect_harbor.trial import reward_key, tampering
+from prefect_harbor.trial.bounded_verifier import IMPORT_PATH as BOUNDED_VERIFIER
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
 from prefect_harbor.trial.verifier_isolation import isolate_verifier
 
@@ -295,7 +296,7 @@ def forget_loggers(name: str) -> None:
     grew with the rows done (``docs/performance.md``). Call it on the event loop's thread.
     """
     registry = logging.Logger.manager.loggerDict
-    gone = [registry.pop(n) for n in [n for n in registry if n == name or n.startswith(f"{name}.")]]
+    gone: list[Any] = [registry.pop(n) for n in [n for n in registry if n == name or n.startswith(f"{name}.")]]  # loggers and placeholders
     for holder in registry.values():  # a placeholder (a name with no logger of its own) lists its children
         if isinstance(holder, logging.PlaceHolder):
             for logger in gone:
@@ -317,12 +318,14 @@ def workflow_outcome(row: RowResult, container_result: dict | None, verifier_out
     if row.status == "cancelled" or (row.status == "failure" and row.err_phase in ("setup", "environment_setup", "agent_setup", "agent")):
         return row
     if container_result is None:
-        return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": "the workflow left no container_result.json"})
+        return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": "the workflow left no "
+            "container_result.json"})
     if container_result.get("status") != "success":
         message = container_result.get("err_message") or "the workflow reported failure"
         return row.model_copy(update={"status": "failure", "reward": None, "err_category": "agent_error", "err_phase": "agent", "err_message": message})
     if row.status == "failure" and row.err_phase == "verifier" and NO_REWARD_AFTER_GRADING in verifier_output:
-        return row.model_copy(update={"err_category": "validation_error", "err_phase": "grading", "err_message": f"{NO_REWARD_AFTER_GRADING} (the grader never called ctx.set_reward)"})
+        return row.model_copy(update={"err_category": "validation_error", "err_phase": "grading", "err_message": f"{NO_REWARD_AFTER_GRADING} (the grader never "
+            f"called ctx.set_reward)"})
     if messages is None and row.status == "success":
         message = "No sample to grade: the workflow returned no messages and registered no sample"
         return row.model_copy(update={"status": "failure", "reward": None, "err_category": "validation_error", "err_phase": "grading", "err_message": message})

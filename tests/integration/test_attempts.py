@@ -9,13 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.states import Cancelling
+from tasks_factory import write_task
+from test_cancellation import cli, marked_processes, running_sweep_of, running_sweep_of_id, wait_for
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.stats.estimators import pass_at_k
-
-from tasks_factory import write_task
-from test_cancellation import cli, marked_processes, running_sweep_of, running_sweep_of_id, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-
 from deployment_helpers import BIN, SharedServe, api_env, basic_auth, prefect_server, process_worker, save_backend
 from paths import EXAMPLE_TASKS
 

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 from prefect.client.orchestration import get_client
 from prefect.settings import get_current_settings
+from tasks_factory import git_task_repo
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.config import ConfigurationError, TaskSourcePolicy
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.sweep import resolve_backend
-
-from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
-from tasks_factory import git_task_repo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

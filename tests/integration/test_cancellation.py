@@ -20,14 +20,13 @@ from prefect.client.schemas.objects import StateType
 from prefect.events.clients import PrefectEventSubscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.states import Cancelling, Running
+from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import cancellation, evaluation_sweep
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
-
-from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 
 pytestmark = pytest.mark.integration
 

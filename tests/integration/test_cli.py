@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 CLI = str(Path(sys.executable).parent / "prefect-harbor")

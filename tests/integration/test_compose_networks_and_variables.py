@@ -8,11 +8,10 @@ import secrets
 
 import pyarrow.parquet as pq
 import pytest
+from tasks_factory import API_FILES, FETCH, write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-
-from tasks_factory import API_FILES, FETCH, write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-
-from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300)]
 

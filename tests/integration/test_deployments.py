@@ -9,7 +9,6 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-
 from deployment_helpers import BIN, api, api_env, process_worker, save_backend, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 

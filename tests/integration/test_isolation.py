@@ -19,15 +19,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from auth_proxy import AuthenticatingProxy
+from tasks_factory import BASE_DOCKERFILE, write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
 from prefect_harbor.sandbox.network import bridge_name, gateway_address
-
-from auth_proxy import AuthenticatingProxy
-from tasks_factory import BASE_DOCKERFILE, write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -192,17 +191,20 @@ def probes(tasks: Path, port: int, host_file: Path, key: int, unrelayed_port: in
     )
     show_probe = "cp /probe/* /logs/agent/"
     made = {
-        "read-host-environment": write_task(tasks, "read-host-environment", solve="cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/environ.txt; env >> /logs/agent/environ.txt"),
+        "read-host-environment": write_task(tasks, "read-host-environment", solve="cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' > /logs/agent/environ.txt; env "
+            ">> /logs/agent/environ.txt"),
         "write-sysctl": write_task(tasks, "write-sysctl", solve="echo 97 > /proc/sys/kernel/printk_ratelimit_burst; sysctl -w kernel.core_pattern='|/tmp/x' ; true"),
         "reach-loopback-public": write_task(tasks, "reach-loopback-public", solve=reach),
         "reach-loopback-no-network": write_task(tasks, "reach-loopback-no-network", solve=reach),
-        "symlink-exit-code": write_task(tasks, "symlink-exit-code", solve=f"rm -f /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/stolen.txt"),
+        "symlink-exit-code": write_task(tasks, "symlink-exit-code", solve=f"rm -f /logs/agent/exit-code.txt; ln -s {host_file} /logs/agent/exit-code.txt; ln -s "
+            f"{host_file} /logs/agent/stolen.txt"),
         "symlink-reward": write_task(tasks, "symlink-reward", test=f"ln -sf {host_file} /logs/verifier/reward.txt"),
         "fork-bomb": write_task(tasks, "fork-bomb", solve=FORK_LOOP),
         "read-host-keyring": write_task(tasks, "read-host-keyring", solve=KEYCTL_PROBE),
         "reach-host-over-ipv6": write_task(
             tasks, "reach-host-over-ipv6",
-            solve=f"python3 -c \"import socket; socket.create_connection(('{bridge_link_local()}', {port}, 0, socket.if_nametoindex('eth0')), timeout=3); print('reached')\" > /logs/agent/reach6.txt 2>&1; true",
+            solve=f"python3 -c \"import socket; socket.create_connection(('{bridge_link_local()}', {port}, 0, socket.if_nametoindex('eth0')), timeout=3); "
+                f"print('reached')\" > /logs/agent/reach6.txt 2>&1; true",
         ),  # fmt: skip
         "neighbour-listens": write_task(tasks, "neighbour-listens", solve=NEIGHBOUR_LISTENS),
         "neighbour-scans": write_task(tasks, "neighbour-scans", solve=NEIGHBOUR_SCANS),

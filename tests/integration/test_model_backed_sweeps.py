@@ -8,12 +8,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from harbor.utils.env import redact_sensitive_value
+from paths import EXAMPLE_TASKS, REPO
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.testing.model_server import ScriptedModelServer
-
-from paths import EXAMPLE_TASKS, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300)]
 

@@ -18,19 +18,18 @@ import pytest
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.models.trial.result import TrialResult
 from harbor.trial.trial import Trial
+from paths import EXAMPLE_TASKS, REPO
 from pydantic import SecretStr
 
-from prefect_harbor.storage.archive import archive_row
-from prefect_harbor.secrets import Redactor
-from prefect_harbor.blocks.endpoint import ModelEndpoint
-from prefect_harbor.testing.model_server import RecordedRequest, ScriptedModelServer
 from prefect_harbor.agents.native import MINI_SWE_AGENT_VERSION, native_agent_config, prepare_native_agent
-from prefect_harbor.storage.results import RowResult
+from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.sandbox import IMPORT_PATH
+from prefect_harbor.secrets import Redactor
+from prefect_harbor.storage.archive import archive_row
+from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
+from prefect_harbor.testing.model_server import RecordedRequest, ScriptedModelServer
 from prefect_harbor.trial.row_trial import outcome
-
-from paths import EXAMPLE_TASKS, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -9,12 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from tasks_factory import write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.prewarm import PREWARM_KEY, prewarm_flow
-
-from tasks_factory import write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

@@ -6,7 +6,6 @@ broken, attempts 2), C (terminus-2 against the scripted model, so tokens are rep
 
 import contextlib
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,13 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from paths import EXAMPLE_TASKS, REPO
 from pydantic import SecretStr
+from tasks_factory import write_task
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.testing.model_server import ScriptedModelServer
-
-from paths import EXAMPLE_TASKS, REPO
-from tasks_factory import write_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

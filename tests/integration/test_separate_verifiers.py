@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tasks_factory import VERIFIER_DOCKERFILE, write_multi_step_task, write_separate_verifier_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
-
-from tasks_factory import VERIFIER_DOCKERFILE, write_multi_step_task, write_separate_verifier_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -39,7 +38,8 @@ def sweep(tmp_path: Path, tasks: Path, task_ids: list[str]) -> dict[str, dict]:
 def write_steps_task(root: Path) -> None:
     """Two steps: the first verified separately (its own tests/Dockerfile, its own artifact), the second shared."""
     task = write_multi_step_task(root, "steps", {
-        "one": ("echo one > /app/one.txt", "[ \"$(cat /app/one.txt)\" = one ] && [ ! -e /app/two.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
+        "one": ("echo one > /app/one.txt", "[ \"$(cat /app/one.txt)\" = one ] && [ ! -e /app/two.txt ] && echo 1 > /logs/verifier/reward.txt || echo 0 > "
+            "/logs/verifier/reward.txt"),
         "two": ("echo two > /app/two.txt", "[ -e /app/one.txt ] && [ -e /app/two.txt ] && echo 0.5 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"),
     })  # fmt: skip
     toml = (task / "task.toml").read_text().replace('name = "one"\n', 'name = "one"\nartifacts = ["/app/one.txt"]\n[steps.verifier]\nenvironment_mode = "separate"\n')

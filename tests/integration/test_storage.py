@@ -12,16 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import s3fs
+from conftest import SEAWEED_KEY, SEAWEED_SECRET
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
+from tasks_factory import write_task
 
 from prefect_harbor.blocks import HarborBackend, ResultsStorage
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
-
-from conftest import SEAWEED_KEY, SEAWEED_SECRET
-from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
-from tasks_factory import write_task
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 from prefect.client.orchestration import get_client
+from test_cancellation import marked_processes
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.config import TrialEnvironment
@@ -17,9 +19,6 @@ from prefect_harbor.flows.reporting import RESULTS_LINK_KEY, ROWS_KEY
 from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
-
-from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
-from test_cancellation import marked_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -33,7 +32,9 @@ def stray_processes(needle: str) -> list[int]:
     live test process owns (under pytest-xdist the other process may be running the same task)."""
     others = {
         container_id
-        for container_id, owner in (line.split() for line in podman_sync("ps", "--no-trunc", "--format", f'{{{{.ID}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}').text.splitlines() if line.strip())
+        for container_id, owner in (
+            line.split() for line in podman_sync("ps", "--no-trunc", "--format", f'{{{{.ID}}}} {{{{index .Labels "{LABEL_OWNER}"}}}}').text.splitlines() if line.strip()
+        )
         if owner != owner_token()
     }  # fmt: skip
     # A process that exited meanwhile is not stray: its /proc entry is gone after container_of read it.

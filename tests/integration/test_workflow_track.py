@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from paths import OSMOSIS_EXAMPLE, OSMOSIS_PROJECT, REPO
 
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.testing.model_server import ScriptedModelServer
-
-from paths import OSMOSIS_EXAMPLE, OSMOSIS_PROJECT, REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

@@ -180,7 +180,8 @@ def test_networks_that_keep_no_two_services_apart_are_honoured_with_their_aliase
         ),
         ("services:\n  main: {}\n  db: {image: x, networks: [back]}\nnetworks: {back: {}}\n", "services.main (networks ['default']) and services.db"),
         ("services:\n  main: {networks: [outside]}\nnetworks: {outside: {external: true}}\n", "networks.outside.external: a trial joins none of the host's networks"),
-        ("services:\n  main: {networks: [n]}\nnetworks: {n: {internal: true}}\n", 'networks.n.internal: to keep a trial from the outside, set task.toml\'s [environment] network_mode = "no-network"'),
+        ("services:\n  main: {networks: [n]}\nnetworks: {n: {internal: true}}\n", 'networks.n.internal: to keep a trial from the outside, set task.toml\'s '
+            '[environment] network_mode = "no-network"'),
         ("services:\n  main: {networks: [n]}\nnetworks: {n: {driver: macvlan}}\n", "networks.n.driver: 'macvlan'; only a plain bridge network is honoured"),
         ("services:\n  main: {networks: [n]}\nnetworks: {n: {driver_opts: {mtu: 1400}}}\n", "networks.n.driver_opts cannot be honoured"),
         ("services:\n  main: {networks: [n]}\nnetworks: {n: {ipam: {config: [{subnet: 10.5.0.0/16}]}}}\n", "networks.n.ipam cannot be honoured"),

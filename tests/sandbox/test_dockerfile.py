@@ -6,7 +6,14 @@ import pytest
 
 from prefect_harbor.sandbox.bootstrap import debian_suite
 from prefect_harbor.sandbox.dockerfile import (
-    EMPTY_STAGE, copy_from_images, create_workdirs, external_bases, lower_heredocs, parse_from_lines, pin_bases, pin_copy_sources,
+    EMPTY_STAGE,
+    copy_from_images,
+    create_workdirs,
+    external_bases,
+    lower_heredocs,
+    parse_from_lines,
+    pin_bases,
+    pin_copy_sources,
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.images import bootstrapped_name, normalize_reference

@@ -12,7 +12,6 @@ from prefect_harbor.sandbox.container import image_resolver
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver, present_images
 from prefect_harbor.sandbox.standins import shipped_stand_in
-
 from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 FULL_SEMANTICS = """\

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from paths import EXAMPLE_TASKS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

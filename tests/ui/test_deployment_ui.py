@@ -4,7 +4,6 @@ import time
 
 import httpx
 import pytest
-
 from deployment_helpers import wait_for_deployment, wait_until
 from paths import EXAMPLE_DATASET
 

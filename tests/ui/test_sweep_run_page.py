@@ -5,13 +5,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pyarrow.parquet as pq
 import pytest
-
 from deployment_helpers import api_env, wait_until
 from tasks_factory import write_task
 
