@@ -3,7 +3,7 @@
 The import namespace gathers the repository's top-level folders: ``prefect_harbor.flows``
 (flows/), ``.tasks`` (tasks/), ``.blocks`` (blocks/), ``.deployments`` (deployments/)
 and ``.sandbox`` (sandbox/); this folder holds the core they share, by subject: ``.rows``,
-``.trial``, ``.agents``, ``.storage``, ``.cli`` and ``.testing`` (docs/architecture.md).
+``.trial``, ``.agents``, ``.storage``, ``.stats``, ``.cli`` and ``.testing`` (docs/architecture.md).
 """
 
 import os
