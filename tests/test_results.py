@@ -2,7 +2,9 @@
 
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from prefect_harbor.storage.results import RESULTS_SCHEMA, RowResult, RunTally
 from prefect_harbor.storage.run_store import RunStore
@@ -143,3 +145,25 @@ async def test_the_row_table_is_published_while_the_sweep_runs(monkeypatch):
         ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3"]),
         ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3", "r4"]),
     ]
+
+
+def test_the_results_schema_derived_from_the_model_is_the_documented_one():
+    # docs/results.md documents these columns and types; readers of old runs depend on them.
+    documented = pa.schema([
+        ("row_index", pa.int64()), ("row_id", pa.string()), ("attempt", pa.int64()), ("task", pa.string()), ("agent", pa.string()),
+        ("model", pa.string()), ("status", pa.string()), ("reward", pa.float64()), ("rewards", pa.map_(pa.string(), pa.float64())),
+        ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()),
+        ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),
+        ("total_sec", pa.float64()), ("input_tokens", pa.int64()), ("cached_tokens", pa.int64()), ("output_tokens", pa.int64()),
+        ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),
+        ("artifact_uri", pa.string()), ("archive_error", pa.string()), ("verifier_tampering", pa.list_(pa.string())),
+        ("started_at", pa.timestamp("us", tz="UTC")), ("finished_at", pa.timestamp("us", tz="UTC")),
+    ])  # fmt: skip
+    assert RESULTS_SCHEMA.equals(documented), RESULTS_SCHEMA
+
+
+def test_a_result_field_of_a_type_parquet_cannot_hold_is_named():
+    from prefect_harbor.storage.results import arrow_type
+
+    with pytest.raises(TypeError, match="has no Parquet column type"):
+        arrow_type(set[str])

@@ -10,7 +10,8 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -89,42 +90,30 @@ class RowResult(BaseModel):
         return f"RowResult(row_id={self.row_id!r}, status={self.status!r}, reward={self.reward!r})"
 
 
-#: The stable Parquet schema of the results table (documented in docs/results.md).
-RESULTS_SCHEMA = pa.schema(
-    [
-        ("row_index", pa.int64()),
-        ("row_id", pa.string()),
-        ("attempt", pa.int64()),
-        ("task", pa.string()),
-        ("agent", pa.string()),
-        ("model", pa.string()),
-        ("status", pa.string()),
-        ("reward", pa.float64()),
-        ("rewards", pa.map_(pa.string(), pa.float64())),
-        ("err_category", pa.string()),
-        ("err_message", pa.string()),
-        ("err_phase", pa.string()),
-        ("exception_type", pa.string()),
-        ("environment_setup_sec", pa.float64()),
-        ("agent_setup_sec", pa.float64()),
-        ("agent_sec", pa.float64()),
-        ("verifier_sec", pa.float64()),
-        ("total_sec", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("cost_usd", pa.float64()),
-        ("final_messages", pa.string()),
-        ("trial_name", pa.string()),
-        ("trial_dir", pa.string()),
-        ("artifact_uri", pa.string()),
-        ("archive_error", pa.string()),
-        ("verifier_tampering", pa.list_(pa.string())),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("finished_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
-assert RESULTS_SCHEMA.names == list(RowResult.model_fields), "schema and model drifted apart"
+#: Arrow's type for each Python type a result field holds.
+_ARROW_SCALARS: dict[Any, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: pa.string(), datetime: pa.timestamp("us", tz="UTC")}
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Parquet column type of a :class:`RowResult` field: every column is nullable, so ``X | None``
+    is ``X``; a ``Literal`` of strings is a string."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, UnionType):
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return arrow_type(inner)
+    if origin is Literal and all(isinstance(arg, str) for arg in args):
+        return pa.string()
+    if origin is dict:
+        return pa.map_(arrow_type(args[0]), arrow_type(args[1]))
+    if origin is list:
+        return pa.list_(arrow_type(args[0]))
+    if annotation in _ARROW_SCALARS:
+        return _ARROW_SCALARS[annotation]
+    raise TypeError(f"RowResult field type {annotation!r} has no Parquet column type: add it to results.arrow_type.")
+
+
+#: The stable Parquet schema of the results table (documented in docs/results.md), one column per field of the model.
+RESULTS_SCHEMA = pa.schema([(name, arrow_type(field.annotation)) for name, field in RowResult.model_fields.items()])
 
 
 def to_table(results: list[RowResult]) -> pa.Table:
