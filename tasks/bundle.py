@@ -13,7 +13,7 @@ from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.pyenvs import prepare_env
 
 
-@task(name="build-bundle", retries=0, cache_policy=NO_CACHE, persist_result=False)
+@task(name="build-bundle-wheel", retries=0, cache_policy=NO_CACHE, persist_result=False)
 def build_workflow_bundle(spec: BundleSpec, cache_dir: Path) -> Bundle:
     """Build the workflow project into a wheel with ``uv build``; an unchanged project is a cache hit."""
     logger = get_run_logger()

@@ -11,7 +11,7 @@ from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_task, set_up_bef
 from prefect_harbor.trial.row_trial import RunContext
 
 
-@task(name="prewarm", task_run_name="prewarm {task.name}", retries=0, cache_policy=NO_CACHE, persist_result=False)
+@task(name="prewarm-trial", task_run_name="prewarm {task.name}", retries=0, cache_policy=NO_CACHE, persist_result=False)
 async def prewarm_trial(task: ResolvedTask, backend: HarborBackend, run: RunContext) -> PrewarmResult:
     """Set the task's environment and agent up once, with no credentials and no verifier."""
     logger = get_run_logger()

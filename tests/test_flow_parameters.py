@@ -30,3 +30,26 @@ async def test_storage_given_twice_is_refused_and_a_picked_block_is_used_as_is(t
         await resolve_storage(picked, "saved-name")
     assert await resolve_storage(picked, None) is picked
     assert await resolve_storage(None, None) is None
+
+
+def test_no_flow_and_task_share_a_name():
+    """A name picks one thing in the UI's filters, automations and `prefect` commands."""
+    import importlib
+    import pkgutil
+
+    from prefect import Flow, Task
+
+    import prefect_harbor.flows
+    import prefect_harbor.tasks
+
+    names: dict[str, set[str]] = {"flow": set(), "task": set()}
+    for package in (prefect_harbor.flows, prefect_harbor.tasks):
+        for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            for value in vars(importlib.import_module(module.name)).values():
+                if isinstance(value, Flow):
+                    names["flow"].add(value.name)
+                elif isinstance(value, Task):
+                    names["task"].add(value.name)
+    assert {"evaluation-sweep", "build-bundle", "prewarm"} <= names["flow"]
+    assert {"build-bundle-wheel", "prewarm-trial", "trial", "inspect-dataset"} <= names["task"], names["task"]
+    assert names["flow"] & names["task"] == set()
