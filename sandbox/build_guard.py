@@ -189,10 +189,12 @@ def _guard_add(instruction: str, line: int, guarded: Guarded, counter) -> str | 
     flags = [word for word in words if word.startswith("--")]
     operands = [word for word in words if not word.startswith("--")]
     if operands and operands[0].startswith("["):  # JSON form
+        _refuse_variable_sources(re.findall(r'"([^"]*)"', instruction)[:-1], line)
         if any(_URL.match(part) for part in re.findall(r'"([^"]*)"', instruction)):
             raise UnsafeDockerfileError(f'line {line + 1}: ADD ["<url>", ...] (JSON form) with a URL; write it as ADD <url> <destination>.')
         return None
     sources, destination = operands[:-1], operands[-1] if operands else ""
+    _refuse_variable_sources(sources, line)
     if not any(_URL.match(source) for source in sources):
         return None
     if not all(_URL.match(source) for source in sources):
@@ -207,6 +209,16 @@ def _guard_add(instruction: str, line: int, guarded: Guarded, counter) -> str | 
         guarded.downloads.append((context, name, url))
         names.append(name)
     return " ".join(["COPY", f"--from={context}", *flags, *names, destination])
+
+
+def _refuse_variable_sources(sources: list[str], line: int) -> None:
+    """An ``ADD`` source named through ``$ARG`` or ``$ENV`` is only known once the builder fills it in, and
+    a URL there would be fetched by the builder from the host's network: refused before the build."""
+    if named := next((source for source in sources if "$" in source), None):
+        raise UnsafeDockerfileError(
+            f"line {line + 1}: ADD {named}: a source named through a variable may be a URL, which the builder would fetch from "
+            "the host's own network; write the source literally (an http(s) URL is then fetched from outside the host), or COPY a local file."
+        )
 
 
 def url_file_name(url: str) -> str:

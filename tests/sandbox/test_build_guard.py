@@ -65,6 +65,10 @@ def test_add_of_urls_becomes_a_copy_of_their_downloads(tmp_path):
         ('ADD ["http://127.0.0.1:4200/api", "/x"]', "JSON form"),
         ("ADD http://a.example/x local.txt /d/", "mixes URLs and local files"),
         ("ADD http://a.example/x http://a.example/y /d", "needs a destination folder"),
+        # An ARG (or ENV) that names a URL: the builder would fetch it from the host's loopback (seen in a red-team run).
+        ("ADD ${U1} /attack/a.txt", r"ADD \$\{U1\}: a source named through a variable may be a URL"),
+        ("ADD --chown=1:1 $U2 /attack/", r"ADD \$U2: a source named through a variable"),
+        ('ADD ["${U3}", "/x"]', r"ADD \$\{U3\}: a source named through a variable"),
     ],
 )
 def test_add_lines_that_cannot_be_rewritten_are_refused_naming_the_line(tmp_path, line, refusal):
