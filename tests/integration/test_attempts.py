@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.states import Cancelling
+from prefect_reads import task_runs_of
 from tasks_factory import write_task
 from test_cancellation import cli, marked_processes, running_sweep_of, running_sweep_of_id, wait_for
 
@@ -71,7 +72,7 @@ async def test_each_attempt_is_a_trial_with_its_own_result_row_archive_and_statu
     assert status["counts"] == {"success": 9}
     async with get_client() as client:
         flow_run = await running_sweep_of_id(client, dataset)
-        task_runs = [r.name for r in await client.read_task_runs() if r.flow_run_id == flow_run]
+        task_runs = [r.name for r in await task_runs_of(client, flow_run)]
     assert sorted(n for n in task_runs if n.startswith("row ")) == sorted(f"row {row} #{a}" for row in "pzf" for a in (1, 2, 3))
     assert len([n for n in task_runs if n.startswith("prewarm ")]) <= 3, "prewarm sets a task up once, not once per attempt"
 

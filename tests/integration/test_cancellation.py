@@ -20,6 +20,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.events.clients import PrefectEventSubscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.states import Cancelling, Running
+from prefect_reads import artifacts_of, task_runs_of
 from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 
 from prefect_harbor.blocks import HarborBackend
@@ -215,7 +216,7 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
     assert final["state"] == "Completed" and final["counts"] == {"cancelled": 5}
     async with get_client() as client:
         flow_run = await running_sweep_of_id(client, dataset)
-        task_runs = [r for r in await client.read_task_runs() if r.flow_run_id == flow_run and r.name.startswith("row")]
+        task_runs = [r for r in await task_runs_of(client, flow_run) if r.name.startswith("row")]
     assert task_runs and {r.state.type.value for r in task_runs} == {"CANCELLED"}, [(r.name, r.state) for r in task_runs]
     assert marked_processes(marker) == []
 
@@ -297,7 +298,7 @@ async def test_a_retry_of_a_cancelled_flow_run_resumes_its_own_run_folder(tmp_pa
     assert state.is_completed(), state
     async with get_client() as client:
         assert (await client.read_flow_run(run.id)).name == first_name, "the retry renamed the run"
-        reports = [a for a in await client.read_artifacts() if a.flow_run_id == run.id and a.key == reporting.REPORT_KEY]
+        reports = await artifacts_of(client, run.id, reporting.REPORT_KEY)
     report = max(reports, key=lambda a: a.created).data
     assert "## Rows run again" in report and "ran again: their earlier task runs (Cancelled) are superseded" in report and report.count(": b.") == 1, report
     assert [m.parent for m in (tmp_path / "results").glob("*/manifest.json")] == [folder], "the retry started a second run folder"

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 from prefect.client.orchestration import get_client
+from prefect_reads import artifacts_of, task_runs_of
 from test_cancellation import marked_processes
 
 from prefect_harbor.blocks import HarborBackend
@@ -99,9 +100,9 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
     # What the Prefect UI shows: each row's task run in its outcome's state, the headline, the row table.
     async with get_client() as client:
         (flow_run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
-        states = {r.name: r.state for r in await client.read_task_runs() if r.flow_run_id == flow_run.id and r.name.startswith("row")}
+        states = {r.name: r.state for r in await task_runs_of(client, flow_run.id) if r.name.startswith("row")}
         # The row table is published as rows finish, one version each time: keep the newest of each key.
-        artifacts = {a.key: a for a in sorted(await client.read_artifacts(), key=lambda a: a.created) if a.flow_run_id == flow_run.id}
+        artifacts = {a.key: a for a in await artifacts_of(client, flow_run.id)}
     assert (states["row good"].type.value, states["row good"].name, states["row good"].message) == ("COMPLETED", "Reward 1", "reward 1")
     assert (states["row zero"].type.value, states["row zero"].name, states["row zero"].message) == ("COMPLETED", "Reward 0", "reward 0")
     assert (states["row unknown-task"].type.value, states["row unknown-task"].name) == ("FAILED", "Validation error")
@@ -248,8 +249,8 @@ async def test_batched_rows_share_task_runs_and_each_keeps_its_own_result(tmp_pa
     assert sorted(row["row_index"] for row in table) == list(range(len(EXPECTED_ORACLE_REWARDS)))
     async with get_client() as client:
         (flow_run_id,) = [r.id for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
-        task_runs = [r for r in await client.read_task_runs() if r.flow_run_id == flow_run_id and r.name.startswith("row")]
-        progress = [a for a in await client.read_artifacts() if a.key == PROGRESS_KEY and a.flow_run_id == flow_run_id]
+        task_runs = [r for r in await task_runs_of(client, flow_run_id) if r.name.startswith("row")]
+        progress = (await artifacts_of(client, flow_run_id, PROGRESS_KEY))[-1:]
     # Two lanes pull rows until each task run holds two: 7 rows make 4 task runs (2 + 2 + 2 + 1), never one per row.
     assert sorted(r.name.split(" ")[0] for r in task_runs) == ["rows"] * math.ceil(len(EXPECTED_ORACLE_REWARDS) / 2), [r.name for r in task_runs]
     assert all(r.state.is_completed() for r in task_runs)
