@@ -189,8 +189,9 @@ def _guard_add(instruction: str, line: int, guarded: Guarded, counter) -> str | 
     flags = [word for word in words if word.startswith("--")]
     operands = [word for word in words if not word.startswith("--")]
     if operands and operands[0].startswith("["):  # JSON form
-        _refuse_variable_sources(re.findall(r'"([^"]*)"', instruction)[:-1], line)
-        if any(_URL.match(part) for part in re.findall(r'"([^"]*)"', instruction)):
+        parts = re.findall(r'"([^"]*)"', instruction)
+        _refuse_variable_sources(parts[:-1], line)
+        if any(_URL.match(part) for part in parts):
             raise UnsafeDockerfileError(f'line {line + 1}: ADD ["<url>", ...] (JSON form) with a URL; write it as ADD <url> <destination>.')
         return None
     sources, destination = operands[:-1], operands[-1] if operands else ""
