@@ -26,7 +26,7 @@ from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
-from prefect_harbor.sandbox.network import bridge_name, gateway_address
+from prefect_harbor.sandbox.network import NETWORK_NAME, bridge_name, gateway_address
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 
@@ -135,6 +135,11 @@ class Listener:
             connection.close()
 
 
+def why(row: dict) -> str:
+    """A row's outcome in words, for an assertion's message: a probe row that failed says why."""
+    return f"{row['status']} ({row['err_category']}, {row['err_phase']}): {(row['err_message'] or '')[:600]}"
+
+
 def host_addresses() -> list[str]:
     """Every IPv4 address of this host's interfaces."""
     listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
@@ -142,6 +147,9 @@ def host_addresses() -> list[str]:
 
 
 def bridge_link_local() -> str:
+    """The host's link-local address on the trials' bridge, which exists once a container has joined the network."""
+    if not Path(f"/sys/class/net/{bridge_name()}").exists():  # a fresh machine: no trial has run yet
+        podman_sync("run", "--rm", "--network", NETWORK_NAME, "debian:bookworm-slim", "true").check("bringing up the trials' bridge")
     listed = subprocess.run(["ip", "-6", "-o", "addr", "show", "dev", bridge_name()], capture_output=True, text=True, check=True).stdout
     return next(line.split()[3].split("/")[0] for line in listed.splitlines() if " fe80:" in line)
 
@@ -355,7 +363,7 @@ def test_a_planted_symlink_neither_writes_nor_reads_host_files(hostile_sweep):
     canary = hostile_sweep["canary"]
     assert hostile_sweep["host_file"].read_text() == canary, "the host file was overwritten through the trial's logs"
     rows = hostile_sweep["rows"]
-    assert rows["symlink-exit-code"]["status"] == "success" and rows["symlink-exit-code"]["reward"] == 1.0
+    assert rows["symlink-exit-code"]["status"] == "success" and rows["symlink-exit-code"]["reward"] == 1.0, why(rows["symlink-exit-code"])
     assert rows["symlink-reward"]["status"] == "failure"
     assert canary not in (rows["symlink-reward"]["err_message"] or "")
     assert canary.encode() not in every_byte_written(hostile_sweep), "a host file's contents reached the trial's outputs"
@@ -364,7 +372,7 @@ def test_a_planted_symlink_neither_writes_nor_reads_host_files(hostile_sweep):
 def test_a_fork_loop_is_capped_and_the_row_still_recorded(hostile_sweep):
     forks = int(agent_file(hostile_sweep, "fork-bomb", "forks.txt").strip())
     assert forks < FORK_LIMIT, forks
-    assert hostile_sweep["rows"]["fork-bomb"]["status"] == "success"
+    assert hostile_sweep["rows"]["fork-bomb"]["status"] == "success", why(hostile_sweep["rows"]["fork-bomb"])
 
 
 def test_no_container_is_left_and_trials_are_not_world_writable(hostile_sweep):
@@ -392,7 +400,7 @@ def test_trials_cannot_reach_each_other(hostile_sweep):
 
 def test_the_containers_own_tar_is_never_trusted(hostile_sweep):
     assert agent_file(hostile_sweep, "replaced-tar", "solved.txt").strip() == "solved", "the logs were not copied out"
-    assert hostile_sweep["rows"]["replaced-tar"]["status"] == "success"
+    assert hostile_sweep["rows"]["replaced-tar"]["status"] == "success", why(hostile_sweep["rows"]["replaced-tar"])
 
 
 def test_the_model_key_is_in_nothing_the_sweep_wrote_or_told_prefect(hostile_sweep):
@@ -400,7 +408,7 @@ def test_the_model_key_is_in_nothing_the_sweep_wrote_or_told_prefect(hostile_swe
     reward.json, a file name, a folder name and stderr: results, archives, local trial
     trees and the Prefect server's flow run, task runs, logs, artifacts and events lose it."""
     rows = hostile_sweep["rows"]
-    assert rows["key-in-reward"]["err_category"] == "verifier_error" and "[REDACTED]" in rows["key-in-reward"]["err_message"]
+    assert rows["key-in-reward"]["err_category"] == "verifier_error" and "[REDACTED]" in rows["key-in-reward"]["err_message"], why(rows["key-in-reward"])
     written = every_byte_written(hostile_sweep)
     assert b"[REDACTED]" in written, "the probes never wrote the key: nothing was tested"
     assert MODEL_KEY.encode() not in written
@@ -420,7 +428,7 @@ def test_a_task_cannot_pull_host_variables_it_was_not_given(hostile_sweep, task,
 def test_the_tests_cannot_be_rewritten_or_read_before_verification(hostile_sweep):
     """A process the agent left behind waits for /tests/test.sh and rewrites it to score 1."""
     row = hostile_sweep["rows"]["forge-tests"]
-    assert (row["status"], row["reward"]) == ("success", 0.0), "the forged test.sh was run"
+    assert (row["status"], row["reward"]) == ("success", 0.0), f"the forged test.sh was run, or the row failed: {why(row)}"
     (attempts,) = hostile_sweep["trials"].rglob("forge-tests*/verifier/forge.txt")
     assert attempts.read_text().startswith("seen\n"), "the forger was not running during verification"
     assert "Read-only file system" in attempts.read_text()
@@ -428,12 +436,12 @@ def test_the_tests_cannot_be_rewritten_or_read_before_verification(hostile_sweep
 
 
 def test_a_server_the_agent_left_running_is_checked_by_the_verifier(hostile_sweep):
-    assert hostile_sweep["rows"]["server-left-running"]["reward"] == 1.0
+    assert hostile_sweep["rows"]["server-left-running"]["reward"] == 1.0, why(hostile_sweep["rows"]["server-left-running"])
 
 
 def test_a_dockerfiles_run_steps_reach_no_host_service(hostile_sweep):
     """The same addresses as the trials' probe, tried by a RUN step while prewarm builds the image."""
-    assert hostile_sweep["rows"]["hostile-dockerfile"]["status"] == "success"
+    assert hostile_sweep["rows"]["hostile-dockerfile"]["status"] == "success", why(hostile_sweep["rows"]["hostile-dockerfile"])
     assert agent_file(hostile_sweep, "hostile-dockerfile", "reach.txt") == ""
     assert hostile_sweep["listener"].connections == 0
 
@@ -446,7 +454,7 @@ def test_a_dockerfile_cannot_read_or_unlink_host_roots_keys(hostile_sweep):
 
 def test_the_builders_bind_mount_escape_reads_and_writes_nothing_of_the_host(hostile_sweep):
     """CVE-2024-1753 (Debian 12's buildah): a symlink to / in one stage, bind-mounted from the next, read-only and ,rw."""
-    assert hostile_sweep["rows"]["builder-bind-mount-escape"]["status"] == "success"
+    assert hostile_sweep["rows"]["builder-bind-mount-escape"]["status"] == "success", why(hostile_sweep["rows"]["builder-bind-mount-escape"])
     for name in ("stolen.txt", "stolen-rw.txt"):
         assert "No such file" in agent_file(hostile_sweep, "builder-bind-mount-escape", name)
     assert not (hostile_sweep["host_file"].parent / "written-by-build.txt").exists(), "a RUN step wrote into the host's filesystem"
