@@ -36,7 +36,8 @@ from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks.archive import Archiver
-from prefect_harbor.trial.row_trial import RunContext, run_row, verifier_output
+from prefect_harbor.trial.outcome import verifier_output
+from prefect_harbor.trial.row_trial import RunContext, run_row
 
 #: How much of the verifier's output a row's task-run log gets: its last lines, a few KiB at most.
 VERIFIER_TAIL_LINES = 30

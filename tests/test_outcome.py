@@ -10,7 +10,7 @@ from prefect_harbor.outcome import Counts, figure, row_line, state_name, table_r
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.results import RowResult, RunTally
 from prefect_harbor.tasks.trial import outcome_state
-from prefect_harbor.trial.row_trial import verifier_output
+from prefect_harbor.trial.outcome import verifier_output
 
 
 def row(index: int = 0, status: str = "success", reward: float | None = 1.0, **fields) -> RowResult:

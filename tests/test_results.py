@@ -148,11 +148,11 @@ async def test_the_row_table_is_published_while_the_sweep_runs(monkeypatch):
 
 
 def test_the_results_schema_derived_from_the_model_is_the_documented_one():
-    # docs/results.md documents these columns and types; readers of old runs depend on them.
+    # The README's Results section documents these columns and types; readers of old runs depend on them.
     documented = pa.schema([
         ("row_index", pa.int64()), ("row_id", pa.string()), ("attempt", pa.int64()), ("task", pa.string()), ("agent", pa.string()),
         ("model", pa.string()), ("status", pa.string()), ("reward", pa.float64()), ("rewards", pa.map_(pa.string(), pa.float64())),
-        ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()),
+        ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()), ("failure_cause", pa.string()),
         ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),
         ("total_sec", pa.float64()), ("input_tokens", pa.int64()), ("cached_tokens", pa.int64()), ("output_tokens", pa.int64()),
         ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),

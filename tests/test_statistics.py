@@ -3,22 +3,21 @@
 import math
 import random
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from harbor.metrics.mean import Mean
 from harbor.models.agent.context import AgentContext
-from harbor.models.task.id import LocalTaskId
-from harbor.models.trial.config import TaskConfig, TrialConfig
-from harbor.models.trial.result import AgentInfo, ExceptionInfo, ModelInfo, StepResult, TrialResult
+from harbor.models.trial.result import StepResult, TrialResult
 from harbor.models.verifier.result import VerifierResult
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
+from trial_results import exception_info
+from trial_results import trial_result as real_trial_result
 
 from prefect_harbor.stats.compare import compare
 from prefect_harbor.stats.estimators import clustered_mean, pass_at_k, pass_at_k_curve, t_quantile
 from prefect_harbor.stats.summary import summarize
 from prefect_harbor.storage.results import RowResult
-from prefect_harbor.trial.row_trial import outcome
+from prefect_harbor.trial.outcome import outcome
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -68,13 +67,9 @@ def test_pass_at_k_curve_stops_at_the_fewest_attempts():
 
 def trial_result(task: str, trial: str, reward: float | None, error: str | None = None, agent: str = "oracle") -> TrialResult:
     """A real Harbor TrialResult, as a finished trial's result.json holds it."""
-    return TrialResult(
-        task_name=task, trial_name=trial, trial_uri=f"file:///nowhere/{trial}", task_id=LocalTaskId(path=Path(f"/tasks/{task}")),
-        task_checksum="0", config=TrialConfig(task=TaskConfig(path=Path(f"/tasks/{task}"))),
-        agent_info=AgentInfo(name=agent, version="1", model_info=ModelInfo(name="m", provider="p")),
-        verifier_result=None if reward is None else VerifierResult(rewards={"reward": reward}),
-        exception_info=None if error is None else ExceptionInfo(exception_type=error, exception_message=error, exception_traceback="", occurred_at=T0),
-        started_at=T0, finished_at=T0,
+    return real_trial_result(
+        task, trial, agent, verifier_result=None if reward is None else VerifierResult(rewards={"reward": reward}),
+        exception_info=None if error is None else exception_info(error, T0, error), started_at=T0, finished_at=T0,
     )  # fmt: skip
 
 

@@ -5,10 +5,12 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
+from harbor.models.trial.result import TimingInfo
 from harbor.models.verifier.result import VerifierResult
 from paths import EXAMPLE_TASKS
 from pydantic import ValidationError
+from trial_results import exception_info
+from trial_results import trial_result as real_trial_result
 
 from prefect_harbor.agents.bundles import Bundle
 from prefect_harbor.agents.harness import BundleRuntime
@@ -17,6 +19,7 @@ from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
 from prefect_harbor.storage.results import RowResult
+from prefect_harbor.trial.outcome import outcome
 from prefect_harbor.trial.row_trial import (
     RunContext,
     base_result,
@@ -24,7 +27,6 @@ from prefect_harbor.trial.row_trial import (
     cancelled_result,
     environment_kwargs,
     model_for,
-    outcome,
     prepare_task,
     trial_name_for,
 )  # fmt: skip
@@ -126,8 +128,8 @@ def test_trial_names_are_filesystem_safe_and_unique():
 
 
 def trial_result(rewards=None, error=None, error_at=None, verifier=True):
-    return TrialResult.model_construct(
-        exception_info=None if error is None else ExceptionInfo.model_construct(exception_type=error, exception_message=f"{error} happened", occurred_at=error_at or T0),
+    return real_trial_result(
+        exception_info=None if error is None else exception_info(error, error_at or T0),
         verifier_result=None if rewards is None else VerifierResult(rewards=rewards),
         environment_setup=TimingInfo(started_at=T0, finished_at=T0 + timedelta(seconds=1)),
         agent_setup=TimingInfo(started_at=T0 + timedelta(seconds=1), finished_at=T0 + timedelta(seconds=2)),
@@ -160,6 +162,26 @@ def test_an_agent_phase_failure_stays_the_reported_cause():
     assert result.rewards == {"reward": 0.0}
 
 
+@pytest.mark.parametrize(
+    "error,at,category,cause",
+    [
+        ("EnvironmentStartTimeoutError", 0, "timeout", "sandbox_failed"),
+        ("AgentTimeoutError", 3, "timeout", "agent_exhausted_budget"),
+        ("NonZeroAgentExitCodeError", 3, "agent_error", "unclassified"),
+        ("AuthenticationError", 3, "agent_error", "model_provider_failed"),
+        ("RewardFileNotFoundError", 5.005, "verifier_error", "verifier_failed"),
+    ],
+)
+def test_a_failure_reads_in_osmosiss_words_and_harbors_alike(error, at, category, cause):
+    """Osmosis calls an environment that did not start in time a timeout; Harbor's error policy calls it a sandbox failure: the row keeps both."""
+    result = outcome(BASE, trial_result(None, error=error, error_at=T0 + timedelta(seconds=at)))
+    assert (result.status, result.err_category, result.exception_type, result.failure_cause) == ("failure", category, error, cause)
+
+
+def test_a_success_has_no_failure_cause():
+    assert outcome(BASE, trial_result({"reward": 1.0})).failure_cause is None
+
+
 def test_a_verifier_failure_is_a_verifier_error_not_a_scored_zero():
     result = outcome(BASE, trial_result(None, error="RewardFileNotFoundError", error_at=T0 + timedelta(seconds=5, milliseconds=5)))
     assert (result.status, result.err_category, result.err_phase, result.reward) == ("failure", "verifier_error", "verifier", None)
@@ -168,8 +190,7 @@ def test_a_verifier_failure_is_a_verifier_error_not_a_scored_zero():
 
 def test_a_reward_json_that_is_not_an_object_names_the_file_and_the_fix():
     result = outcome(BASE, trial_result(None, error="ValidationError", error_at=T0 + timedelta(seconds=5, milliseconds=5)).model_copy(
-        update={"exception_info": ExceptionInfo.model_construct(exception_type="ValidationError", exception_message="Input should be a valid "
-            "dictionary", occurred_at=T0 + timedelta(seconds=5, milliseconds=5))}
+        update={"exception_info": exception_info("ValidationError", T0 + timedelta(seconds=5, milliseconds=5), "Input should be a valid dictionary")}
     ))  # fmt: skip
     assert (result.err_category, result.err_phase) == ("verifier_error", "verifier")
     assert "verifier/reward.json must hold a JSON object of numbers" in result.err_message
@@ -271,7 +292,7 @@ def test_a_bad_reward_key_is_a_configuration_error_naming_the_field(spec):
 
 
 def test_a_verifier_error_ends_with_the_verifiers_output(tmp_path):
-    from prefect_harbor.trial.row_trial import verifier_output_tail
+    from prefect_harbor.trial.outcome import verifier_output_tail
 
     (tmp_path / "verifier").mkdir()
     assert verifier_output_tail(tmp_path) == "; the verifier printed nothing"

@@ -7,17 +7,17 @@ from datetime import UTC, datetime
 import pytest
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
-from harbor.models.trial.result import TrialResult
 from harbor.models.verifier.result import VerifierResult
 from harbor.verifier.verifier import VerifierOutputParseError
 from paths import EXAMPLE_TASKS
 from tasks_factory import write_separate_verifier_task
+from trial_results import trial_result
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.bounds import MESSAGE_CHARS, bounded, read_tail
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.bounded_verifier import BoundedVerifier, RewardFileTooLargeError, image_brings_tests
-from prefect_harbor.trial.row_trial import outcome, verifier_output_tail
+from prefect_harbor.trial.outcome import outcome, verifier_output_tail
 
 BASE = RowResult(row_index=0, row_id="r", status="failure")
 
@@ -66,11 +66,7 @@ def test_a_separate_verifier_that_brings_its_tests_gets_no_upload_and_the_others
 
 
 def scored(rewards: dict, reward_range="finite", spec="reward") -> RowResult:
-    result = TrialResult.model_construct(
-        task_name="t", trial_name="t", started_at=datetime.now(UTC), finished_at=datetime.now(UTC), exception_info=None,
-        verifier_result=VerifierResult(rewards=rewards), verifier=None, agent_execution=None, agent_setup=None, environment_setup=None,
-        agent_result=None,
-    )  # fmt: skip
+    result = trial_result(started_at=datetime.now(UTC), finished_at=datetime.now(UTC), verifier_result=VerifierResult(rewards=rewards))
     return outcome(BASE, result, spec, reward_range)
 
 

@@ -51,7 +51,10 @@ class RowResult(BaseModel):
     err_category: ErrorCategory | None = None
     err_message: str | None = None
     err_phase: str | None = Field(default=None, description="The phase the failure belongs to.")
-    exception_type: str | None = None
+    exception_type: str | None = Field(default=None, description="The name of the exception that ended the trial (Harbor's, or the setup's).")
+    failure_cause: str | None = Field(
+        default=None, description="Harbor's cause for that exception (its error policy: sandbox_failed, model_provider_failed, agent_exhausted_budget, verifier_failed, ...)."
+    )
     environment_setup_sec: float | None = None
     agent_setup_sec: float | None = None
     agent_sec: float | None = None
@@ -112,7 +115,7 @@ def arrow_type(annotation: Any) -> pa.DataType:
     raise TypeError(f"RowResult field type {annotation!r} has no Parquet column type: add it to results.arrow_type.")
 
 
-#: The stable Parquet schema of the results table (documented in docs/results.md), one column per field of the model.
+#: The stable Parquet schema of the results table (documented in the README's Results section), one column per field of the model.
 RESULTS_SCHEMA = pa.schema([(name, arrow_type(field.annotation)) for name, field in RowResult.model_fields.items()])
 
 

@@ -29,7 +29,7 @@ from prefect_harbor.storage.archive import archive_row
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.testing.model_server import RecordedRequest, ScriptedModelServer
-from prefect_harbor.trial.row_trial import outcome
+from prefect_harbor.trial.outcome import outcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
