@@ -112,7 +112,8 @@ case "${1:-}" in
         # (Exit status 5 is "no test selected": arguments that name only tests of the other tier.)
         .venv/bin/python -m pytest -n 2 -m "not integration and not slow" -x "$@" || [ $? -eq 5 ]
         say "Integration and slow tiers (real trials, servers, S3, browser)"
-        .venv/bin/python -m pytest -n 2 -m "integration or slow" "$@" || [ $? -eq 5 ] ;;
+        # --durations: the slowest tests in the log, for keeping the suite inside its budget.
+        .venv/bin/python -m pytest -n 2 -m "integration or slow" --durations=25 "$@" || [ $? -eq 5 ] ;;
     *)
         echo "usage: bash scripts/dev.sh {demo|test|setup|lint}" >&2
         exit 2 ;;
