@@ -453,40 +453,22 @@ def status(
     """Each row's status: queued, running, grading, success, failure, cancelled, or unknown."""
     import json
 
-    from prefect_harbor.storage.control import STATUS_FILE, RowTracker, attempts_of, run_health, status_of
+    from prefect_harbor.storage.control import STATUS_FILE, NotStarted, read_status
 
-    store = open_run(run, storage_block)
-    health = run_health(store)
-    problems = list(health.problems)
     try:
-        snapshot = json.loads(store.read_bytes(STATUS_FILE))
-    except FileNotFoundError:
-        if health.manifest is None and not health.stale:
-            raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
-        snapshot = None
-    except ValueError as error:
-        problems.append(f"{store.uri(STATUS_FILE)} is damaged ({error}): rows below are from the recorded results")
-        snapshot = None
-    if snapshot is None:  # rebuilt from what the parts (or results.parquet) hold
-        store.logger = logging.getLogger("prefect_harbor.status")
-        store.logger.disabled = True  # it says what is damaged below, once
-        recorded = RowTracker([])
-        for result in store.read_results():
-            recorded.set(result.row_id, result.status, result.attempt)
-        snapshot = {**json.loads(recorded.snapshot("unknown")), "state": "unknown"}
-        problems += store.damaged
-    state = health.manifest.state if health.manifest is not None else snapshot["state"]
-    rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
-    attempts = {row_id: attempts_of(snapshot, row_id) for row_id in rows} if "attempts" in snapshot else None
+        report = read_status(open_run(run, storage_block), ids)
+    except NotStarted:
+        raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
+    state, rows, attempts, problems = report.state, report.rows, report.attempts, report.problems
     if as_json:
-        found = {"state": state, "counts": snapshot["counts"], "rows": rows, "stale": health.stale, "problems": problems}
+        found = {"state": state, "counts": report.counts, "rows": rows, "stale": report.stale, "problems": problems}
         typer.echo(json.dumps(found | ({"attempts": attempts} if attempts is not None else {})))
         return
     console = Console()
     counted = " (attempts)" if attempts is not None else ""
-    console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(snapshot["counts"].items())) + counted, highlight=False, soft_wrap=True)
-    if health.stale:
-        console.print(f"[yellow]stale:[/] {health.stale}: nothing runs it any more; {resume_hint(run)}", highlight=False, soft_wrap=True)
+    console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(report.counts.items())) + counted, highlight=False, soft_wrap=True)
+    if report.stale:
+        console.print(f"[yellow]stale:[/] {report.stale}: nothing runs it any more; {resume_hint(run)}", highlight=False, soft_wrap=True)
     for problem in problems:
         console.print(f"[yellow]damaged:[/] {problem}", highlight=False, soft_wrap=True)
     table = Table("row", "status", *(["attempts"] if attempts is not None else []))
@@ -508,29 +490,19 @@ def cancel(
 ) -> None:
     """Cancel rows of a running sweep; prints cancelled_queued, cancelled_running or not_found per row."""
     import json
-    import time
 
-    from prefect_harbor.storage.control import CancelRequest, run_health
+    from prefect_harbor.storage.control import CancelRequest, NotCancellable, send_cancel
 
     if not ids and not prefix and not all_rows:
         raise fail("name rows to cancel: ids, --prefix P, or --all")
-    store = open_run(run, storage_block)
-    health = run_health(store)
-    if health.stale:
-        raise fail(f"{run} is stale ({health.stale}): nothing runs it, so there is nothing to cancel; {resume_hint(run)}")
-    if health.manifest is not None and health.manifest.state != "Running":
-        raise fail(f"{run} has ended ({health.manifest.state}): there is nothing to cancel")
-    request = CancelRequest(ids=ids or [], prefixes=prefix or [], all=all_rows)
-    store.write_bytes(request.path, request.model_dump_json().encode())
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            dispositions = json.loads(store.read_bytes(request.result_path))
-            break
-        except FileNotFoundError:
-            if time.monotonic() > deadline:
-                raise fail(f"no answer from the sweep within {timeout:g} s: is {run} still running?") from None
-            time.sleep(0.3)
+    try:
+        dispositions = send_cancel(open_run(run, storage_block), CancelRequest(ids=ids or [], prefixes=prefix or [], all=all_rows), timeout)
+    except NotCancellable as refused:
+        if refused.stale:
+            raise fail(f"{run} is stale ({refused.stale}): nothing runs it, so there is nothing to cancel; {resume_hint(run)}") from None
+        raise fail(f"{run} has ended ({refused.ended}): there is nothing to cancel") from None
+    except TimeoutError:
+        raise fail(f"no answer from the sweep within {timeout:g} s: is {run} still running?") from None
     if as_json:
         typer.echo(json.dumps(dispositions))
         return

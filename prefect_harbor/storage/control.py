@@ -11,8 +11,10 @@ on this machine or another, whatever launched the sweep. The sweep also keeps
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -206,3 +208,75 @@ def find_stale_runs(root: str, storage_options: dict | None = None) -> list[Stal
         if health.manifest is not None and health.manifest.state == "Running" and health.stale:
             found.append(StaleRun(store, health.manifest, health.stale))
     return found
+
+
+class StatusReport(NamedTuple):
+    """What ``prefect-harbor status`` shows of a run: from its status file, or rebuilt from its results."""
+
+    state: str
+    counts: dict[str, int]
+    rows: dict[str, LiveStatus]
+    attempts: dict[str, dict[str, LiveStatus]] | None  # when rows have several attempts
+    stale: str | None
+    problems: list[str]
+
+
+class NotStarted(LookupError):
+    """The folder has no status file, no manifest and no heartbeat: not a sweep's run, or not started yet."""
+
+
+def read_status(store: RunStore, ids: list[str] | None = None) -> StatusReport:
+    """Every row's (or ``ids``') live status; a damaged or missing status file is rebuilt from the recorded results."""
+    health = run_health(store)
+    problems = list(health.problems)
+    snapshot: dict | None
+    try:
+        snapshot = json.loads(store.read_bytes(STATUS_FILE))
+    except FileNotFoundError:
+        if health.manifest is None and not health.stale:
+            raise NotStarted(store.uri(STATUS_FILE)) from None
+        snapshot = None
+    except ValueError as error:
+        problems.append(f"{store.uri(STATUS_FILE)} is damaged ({error}): rows below are from the recorded results")
+        snapshot = None
+    if snapshot is None:
+        store.logger = logging.getLogger("prefect_harbor.status")
+        store.logger.disabled = True  # the report names what is damaged, once
+        recorded = RowTracker([])
+        for result in store.read_results():
+            recorded.set(result.row_id, result.status, result.attempt)
+        snapshot = {**json.loads(recorded.snapshot("unknown")), "state": "unknown"}
+        problems += store.damaged
+    state = health.manifest.state if health.manifest is not None else snapshot["state"]
+    rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
+    attempts = {row_id: attempts_of(snapshot, row_id) for row_id in rows} if "attempts" in snapshot else None
+    return StatusReport(state, snapshot["counts"], rows, attempts, health.stale, problems)
+
+
+class NotCancellable(RuntimeError):
+    """The run is not running: ``stale`` (its process is gone) or ``ended`` (the manifest's final state)."""
+
+    def __init__(self, stale: str | None = None, ended: str | None = None) -> None:
+        super().__init__(stale or ended)
+        self.stale, self.ended = stale, ended
+
+
+def send_cancel(store: RunStore, request: CancelRequest, timeout: float, poll: float = 0.3) -> dict[str, Disposition]:
+    """Drop ``request`` in the run's control folder and wait for the sweep's dispositions.
+
+    Raises :class:`NotCancellable` for a run that is not running and ``TimeoutError`` when the
+    sweep has not answered within ``timeout`` seconds."""
+    health = run_health(store)
+    if health.stale:
+        raise NotCancellable(stale=health.stale)
+    if health.manifest is not None and health.manifest.state != "Running":
+        raise NotCancellable(ended=health.manifest.state)
+    store.write_bytes(request.path, request.model_dump_json().encode())
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(store.read_bytes(request.result_path))
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no answer to {store.uri(request.path)} within {timeout:g} s") from None
+            time.sleep(poll)
