@@ -58,7 +58,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
-from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path, start_podman
 from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
@@ -66,7 +66,7 @@ from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
-from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
+from prefect_harbor.sandbox.spawn import EngineProcess
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
@@ -252,7 +252,7 @@ class ContainerEnvironment(BaseEnvironment):
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         if self._tests_folder is None and self._protect_tests and not self._owns_tests:
             self._tests_folder = _tests_folder()
-        with _env_file({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
+        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
                 await self._start_pod(name, network, image, env_args)
             else:
@@ -301,7 +301,7 @@ class ContainerEnvironment(BaseEnvironment):
         if service.name == MAIN:
             self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
             return self._container
-        with _env_file({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
+        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
             options = [*self._service_options(service), *env_args]
             container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
         self._services[service.name] = container
@@ -436,11 +436,8 @@ class ContainerEnvironment(BaseEnvironment):
         if workdir:
             args += ["--workdir", workdir]
         clock = await self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
-        with _env_file(variables) as env_args:
-            process = await start_engine_process(
-                [podman_path(), *args, *env_args, container, *argv],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
+        with env_file_options(variables) as env_args:
+            process = await start_podman(*args, *env_args, container, *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
                 stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
             except TimeoutError:
@@ -527,10 +524,7 @@ class ContainerEnvironment(BaseEnvironment):
         with tempfile.TemporaryFile() as archive:
             await asyncio.to_thread(transfer.pack, source, target, archive)
             archive.seek(0)
-            process = await start_engine_process(
-                [podman_path(), "cp", "--archive=false", "-", f"{container}:/"],
-                stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
+            process = await start_podman("cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             _, stderr = await process.communicate()
         if process.returncode != 0:
             raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
@@ -576,10 +570,7 @@ class ContainerEnvironment(BaseEnvironment):
         limit = self._max_copy_bytes
         reading, writing = os.pipe()
         try:
-            process = await start_engine_process(
-                [podman_path(), "cp", f"{container}:{source}", "-"],
-                stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
+            process = await start_podman("cp", f"{container}:{source}", "-", stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE)
         except BaseException:
             os.close(reading)
             raise
@@ -800,22 +791,6 @@ def _volume(mount: dict) -> str:
         raise ValueError(f"mount {mount!r}: only bind mounts are supported by the local container sandbox.")
     options = "ro" if mount.get("read_only") else "rw"
     return f"{mount['source']}:{mount['target']}:{options}"
-
-
-@contextlib.contextmanager
-def _env_file(variables: dict[str, str]):
-    """``--env-file`` arguments for ``variables``: values never appear on a host command line."""
-    if not variables:
-        yield []
-        return
-    bad = [k for k, v in variables.items() if "\n" in str(v) or "\n" in k]
-    if bad:
-        raise ValueError(f"environment variables {bad} hold a newline, which podman's env files cannot carry.")
-    with tempfile.NamedTemporaryFile("w", prefix="prefect-harbor-env-", delete=True) as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write("".join(f"{key}={value}\n" for key, value in variables.items()))
-        handle.flush()
-        yield ["--env-file", handle.name]
 
 
 def _sanitize(name: str) -> str:
