@@ -37,7 +37,6 @@ monitor (conmon) per container. Per trial:
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import functools
 import logging
@@ -58,6 +57,7 @@ from harbor.models.trial.paths import TrialPaths
 
 from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
+from prefect_harbor.sandbox.container_exec import exec_in
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path, start_podman
 from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
@@ -66,7 +66,6 @@ from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
-from prefect_harbor.sandbox.spawn import EngineProcess
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
@@ -79,8 +78,6 @@ TESTS_DIR = PurePosixPath("/tests")
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
-_EXEC_MARKER = "PREFECT_HARBOR_EXEC"
-_READ_CHUNK = 64 * 1024
 #: A copy past its limit reads on through this many times the limit, counting what it drops.
 _COPY_READ_FACTOR = 4
 _START_TIMEOUT_SEC = 120
@@ -428,61 +425,16 @@ class ContainerEnvironment(BaseEnvironment):
     async def _exec_in(
         self, container: str, argv: list[str], workdir: str | None, variables: dict[str, str], timeout_sec: int | None, user: str | int | None
     ) -> ExecResult:
-        """``podman exec`` of ``argv``; on timeout or cancellation every process it started is killed."""
-        marker = secrets.token_hex(8)
-        args = ["exec", "--env", f"{_EXEC_MARKER}={marker}"]
-        if user is not None:
-            args += ["--user", str(user)]
-        if workdir:
-            args += ["--workdir", workdir]
-        clock = await self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
-        with env_file_options(variables) as env_args:
-            process = await start_podman(*args, *env_args, container, *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            try:
-                stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
-            except TimeoutError:
-                await asyncio.shield(self._kill_exec(container, process, marker))
-                raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
-            except asyncio.CancelledError:
-                await asyncio.shield(self._kill_exec(container, process, marker))
-                raise
-            finally:
-                if clock is not None:
-                    await asyncio.shield(self._watch.exec_returned(clock))
-        return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
+        """``argv`` in one of the trial's containers (:mod:`.container_exec`); main's execs are timed while a verification is watched."""
+        watch = self._watch if container == self._container else None
+        return await exec_in(
+            container, argv, workdir=workdir, variables=variables, timeout_sec=timeout_sec, user=user,
+            output=self._output_callback(), watch=watch, running=self._runs,
+        )  # fmt: skip
 
-    async def _collect(self, process: EngineProcess) -> tuple[str, str]:
-        callback = self._output_callback()
-
-        async def read(stream: asyncio.StreamReader | None, name: str) -> str:
-            assert stream is not None, "started with stdout and stderr piped"
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            parts: list[str] = []
-            while chunk := await stream.read(_READ_CHUNK):
-                text = decoder.decode(chunk)
-                parts.append(text)
-                if callback and text:
-                    await callback(text, name)
-            parts.append(decoder.decode(b"", final=True))
-            return "".join(parts)
-
-        stdout, stderr = await asyncio.gather(read(process.stdout, "stdout"), read(process.stderr, "stderr"))
-        await process.wait()
-        return stdout, stderr
-
-    async def _kill_exec(self, container: str, process: EngineProcess, marker: str) -> None:
-        """Kill every process the exec started inside ``container`` (they carry its marker)."""
-        if container in (self._container, *self._services.values()):
-            script = (
-                f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
-                f"grep -qx {_EXEC_MARKER}={marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
-            )
-            with contextlib.suppress(Exception):
-                await podman("exec", "--user", "root", container, "sh", "-c", script, timeout=30)
-        if process.returncode is None:
-            process.kill()
-        with contextlib.suppress(Exception):
-            await process.wait()
+    def _runs(self, container: str) -> bool:
+        """Whether ``container`` is still one of this trial's (``stop()`` has not removed it)."""
+        return container in (self._container, *self._services.values())
 
     def _require_container(self) -> str:
         if not self._container:
