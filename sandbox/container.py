@@ -43,7 +43,6 @@ import logging
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -58,7 +57,7 @@ from harbor.models.trial.paths import TrialPaths
 from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, Project, Service
 from prefect_harbor.sandbox.container_exec import exec_in
-from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path, start_podman
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path
 from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
@@ -78,8 +77,6 @@ TESTS_DIR = PurePosixPath("/tests")
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
-#: A copy past its limit reads on through this many times the limit, counting what it drops.
-_COPY_READ_FACTOR = 4
 _START_TIMEOUT_SEC = 120
 
 
@@ -466,33 +463,19 @@ class ContainerEnvironment(BaseEnvironment):
 
     async def _put(self, source: Path, target: PurePosixPath) -> None:
         container = self._require_container()
-        if not target.is_absolute():
-            raise ValueError(f"{target}: give an absolute path in the container.")
         if target.is_relative_to(TESTS_DIR):  # Harbor's verifier: its clean-up is done, test.sh comes next
             await self._watch.before_tests(container)
         if self._tests_folder is not None and target.is_relative_to(TESTS_DIR):
             await asyncio.to_thread(_publish_tests, source, self._tests_folder / target.relative_to(TESTS_DIR))
             return
-        with tempfile.TemporaryFile() as archive:
-            await asyncio.to_thread(transfer.pack, source, target, archive)
-            archive.seek(0)
-            process = await start_podman("cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            _, stderr = await process.communicate()
-        if process.returncode != 0:
-            raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
+        await transfer.copy_in(container, source, target)
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         await self._download_file_from(self._require_container(), source_path, Path(target_path))
 
     async def _download_file_from(self, container: str, source_path: str, target: Path) -> None:
-        with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
-            await self._get(source_path, Path(scratch), strip=0, container=container)
-            copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
-            if len(copied) != 1:
-                raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            copied[0].replace(target)
+        await transfer.copy_file_out(container, source_path, target, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
@@ -515,38 +498,10 @@ class ContainerEnvironment(BaseEnvironment):
         await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
 
     async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
-        """``source`` out of the container into ``target``: podman's tar stream, extracted as it
-        comes (:func:`~.transfer.unpack`), at most ``max_copy_mb``; what the limit dropped is
-        counted, in the trial's log and its sandbox report (``copies_cut``)."""
+        """``source`` out of the container into ``target`` (:func:`~.transfer.copy_out`), at most ``max_copy_mb``;
+        what the limit dropped is counted, in the trial's log and its sandbox report (``copies_cut``)."""
         container = container or self._require_container()
-        limit = self._max_copy_bytes
-        reading, writing = os.pipe()
-        try:
-            process = await start_podman("cp", f"{container}:{source}", "-", stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE)
-        except BaseException:
-            os.close(reading)
-            raise
-        finally:
-            os.close(writing)
-        assert process.stderr is not None  # started with stderr=PIPE
-        with os.fdopen(reading, "rb") as stream:
-            errors = asyncio.ensure_future(process.stderr.read())
-            unpacking = asyncio.ensure_future(
-                asyncio.to_thread(transfer.unpack, stream, target, strip=strip, max_bytes=limit, max_read=limit * _COPY_READ_FACTOR)
-            )
-            try:
-                done = await asyncio.shield(unpacking)
-            finally:
-                if process.returncode is None and _stopped_reading(unpacking):
-                    process.kill()  # cancelled, or read as far as a copy reads: the thread then sees the stream end
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(unpacking)
-                stderr = await errors
-                await process.wait()
-        if process.returncode != 0 and not done.stopped_early:
-            raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()[-2000:]}")
-        if done.dropped_files or done.stopped_early:
-            self._record_cut_copy(source, done)
+        await transfer.copy_out(container, source, target, strip=strip, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     def _record_cut_copy(self, source: str, done: transfer.Unpacked) -> None:
         at_least = "at least " if done.stopped_early else ""
@@ -560,13 +515,6 @@ class ContainerEnvironment(BaseEnvironment):
         }  # fmt: skip
         with contextlib.suppress(OSError):
             self._report.add("copies_cut", entry)
-
-
-def _stopped_reading(unpacking: asyncio.Future[transfer.Unpacked]) -> bool:
-    """Whether the copy's reader is done with podman's stream before its end."""
-    if not unpacking.done() or unpacking.cancelled() or unpacking.exception() is not None:
-        return True
-    return unpacking.result().stopped_early
 
 
 def _tests_folder() -> Path:
