@@ -37,9 +37,8 @@ from harbor.trial.trial import Trial  # noqa: E402
 
 import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
-from prefect_harbor.sandbox.container import image_resolver  # noqa: E402
 from prefect_harbor.sandbox.engine import engine_env, podman, podman_sync  # noqa: E402
-from prefect_harbor.sandbox.images import ImageResolver  # noqa: E402
+from prefect_harbor.sandbox.images import ImageResolver, image_resolver  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples" / "tasks" / "reward-txt"

@@ -39,32 +39,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import secrets
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.definition import require_agent_environment_definition
-from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
+from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
-from prefect_harbor.sandbox.compose import MAIN, Project, Service
+from prefect_harbor.sandbox import janitor, pod, transfer, workdir
+from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path
-from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
-from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
+from prefect_harbor.sandbox.images import EnvironmentImages, check_environment_definition, image_resolver
+from prefect_harbor.sandbox.interpolation import ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
-from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
+from prefect_harbor.sandbox.separate_verifier import owns_its_tests
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
@@ -72,8 +69,6 @@ from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DI
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
-#: Where Harbor's verifier uploads a task's tests.
-TESTS_DIR = PurePosixPath("/tests")
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
@@ -231,10 +226,9 @@ class ContainerEnvironment(BaseEnvironment):
 
     async def prepare_image(self, force_build: bool = False) -> str:
         """Build (or find) this task's image, and its compose services' images, without starting a container."""
-        self.image = await self._images.task_image(
-            self.environment_dir, self.environment_name, with_service_image(self.task_env_config, self._main), force_build=force_build, warn=self.logger
-        )
-        self._service_images = await service_images(self._images, self._compose, self.environment_name, self.task_env_config, warn=self.logger)
+        images = EnvironmentImages(self.environment_dir, self.task_env_config, self._compose, self.environment_name, self._images, self.logger)
+        self.image = await images.main(force_build=force_build)
+        self._service_images = await images.services()
         return self.image
 
     @override
@@ -542,27 +536,6 @@ def _publish_tests(source: Path, target: Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
-def image_resolver(
-    base_images: dict[str, str] | None = None,
-    extra_ca_certs: list[str] | None = None,
-    pull: bool = True,
-    max_parallel_builds: int = 2,
-    baked_paths: list[dict] | None = None,
-    pids_limit: int = DEFAULT_PIDS_LIMIT,
-    make_bases: bool = True,
-    **_: Any,
-) -> ImageResolver:
-    """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
-    certificates = default_extra_ca_certs() if extra_ca_certs is None else [Path(p) for p in extra_ca_certs]
-    if max_parallel_builds < 1:
-        raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
-    settings = ImageSettings(
-        base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
-        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
-    )  # fmt: skip
-    return ImageResolver(settings)
-
-
 def check_userns(userns: str | None) -> str | None:
     """``userns`` if this host can honour it: ``"auto"`` needs subordinate ids for the ``containers`` user."""
     if userns in (None, ""):
@@ -580,110 +553,6 @@ def check_userns(userns: str | None) -> str | None:
                 f"(echo containers:2147483647:2147483648 >> {table}) or leave userns empty."
             )
     return userns
-
-
-def check_environment_definition(
-    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: LogTarget | logging.LoggerAdapter | None = None
-) -> Project | None:
-    """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
-    warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
-    honour, neither a Dockerfile nor an image)."""
-    project = compose.load(environment_dir, str(TESTS_DIR), variables)
-    for warning in project.warnings if project and warn else ():
-        warn.warning(warning)  # type: ignore[union-attr]
-    if not (environment_dir / "Dockerfile").is_file():
-        require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
-    return project
-
-
-def with_service_image(config: EnvironmentConfig, service: Service | None) -> EnvironmentConfig:
-    """The task's environment config, its image the compose service's when it names one."""
-    return config.model_copy(update={"docker_image": service.image}) if service and service.image else config
-
-
-async def service_images(
-    resolver: ImageResolver, project: Project | None, name: str, config: EnvironmentConfig, *, build: bool = True,
-    warn: LogTarget | logging.LoggerAdapter,
-) -> dict[str, str]:  # fmt: skip
-    """The image of each compose service beside main, by service name (built, or found by content)."""
-    services = project.services.values() if project else ()
-    return {
-        service.name: await resolver.service_image(service, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
-        for service in services
-    }
-
-
-async def task_image_names(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, force_build: bool = False
-) -> list[str]:  # fmt: skip
-    """The images the task's trials would run, main first, then its compose services: named
-    by content as a build would name them (bases resolved, pulled if need be), never built:
-    a base still to bootstrap or stand in raises :class:`~.images.BaseNotMadeError`. With
-    :func:`present_images`, how a prewarm finds a task with nothing to build."""
-    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
-    resolver = image_resolver(**{**kwargs, "make_bases": False})
-    name = config.task.short_name if config.task else task_dir.name
-    main = project.main if project else None
-    image = await resolver.task_image(
-        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=False, warn=logger
-    )
-    services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
-    return [image, *services.values(), *await verifier_images(task_dir, config, name, {**kwargs, "make_bases": False}, logger, build=False)]
-
-
-@dataclass(frozen=True)
-class PreparedImage:
-    """A task's main image as its trials will run it, and how it was had."""
-
-    image: str
-    source: ImageSource
-    #: Its build log, when this call built it (None for a cached or prebuilt image).
-    build_log: Path | None = None
-
-
-async def prepare_task_image(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True, force_build: bool = False
-) -> PreparedImage:  # fmt: skip
-    """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
-
-    The images of its compose services are built too. A failed build raises
-    :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor check``)
-    stops before building: the environment definition, the Dockerfiles' FROM lines and their
-    bases are checked, and nothing is pulled, bootstrapped or built.
-    """
-    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
-    # fresh: its build count is this call's
-    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build})
-    name = config.task.short_name if config.task else task_dir.name
-    main = project.main if project else None
-    image = await resolver.task_image(
-        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=build, warn=logger
-    )
-    built = resolver.builds
-    await service_images(resolver, project, name, config.environment, build=build, warn=logger)
-    await verifier_images(task_dir, config, name, {**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build}, logger, build=build)
-    return PreparedImage(image, resolver.sources[image], resolver.log_path(image) if built else None)
-
-
-async def verifier_images(
-    task_dir: Path, config: TaskConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
-) -> list[str]:
-    """The images of the task's separate verifiers (:mod:`.separate_verifier`), main first then
-    their compose services, made (with ``build``) as the trial's verifier will make them."""
-    images: list[str] = []
-    for definition in verifier_environments(task_dir, config):
-        project = check_environment_definition(definition.directory, definition.config.docker_image, _compose_variables(kwargs), logger)
-        resolver = image_resolver(**verifier_image_kwargs(kwargs, definition))
-        main = project.main if project else None
-        images.append(await resolver.task_image(definition.directory, name, with_service_image(definition.config, main), build=build, warn=logger))
-        images += (await service_images(resolver, project, name, definition.config, build=build, warn=logger)).values()
-    return images
-
-
-def _compose_variables(kwargs: dict[str, Any]) -> ComposeVariables:
-    return ComposeVariables.from_host(kwargs.get(PASSTHROUGH_OPTION) or ())
 
 
 def _volume(mount: dict) -> str:
