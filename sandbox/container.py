@@ -48,6 +48,7 @@ from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
+from harbor.environments.compose_service_ops import ComposeServiceOpsMixin, ComposeServiceTransport
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
@@ -75,7 +76,7 @@ DEFAULT_MEMORY_MB = 4096
 _START_TIMEOUT_SEC = 120
 
 
-class ContainerEnvironment(BaseEnvironment):
+class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     """One podman container per trial; see the module docstring for the design."""
 
     def __init__(
@@ -396,23 +397,6 @@ class ContainerEnvironment(BaseEnvironment):
         shell = ["bash", "-c", command]
         return await self._exec_in(self._require_container(), shell, cwd or self.task_env_config.workdir, self._merge_env(env) or {}, timeout_sec, self._resolve_user(user))
 
-    @override
-    async def service_exec(
-        self,
-        command: str,
-        *,
-        service: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
-    ) -> ExecResult:
-        """A command in one compose service (Harbor's collect hooks): ``sh -c``, since a service's
-        image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
-        if self.is_main_service(service):
-            return await self.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
-        return await self._exec_in(self._service_container(service), ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
-
     async def _exec_in(
         self, container: str, argv: list[str], workdir: str | None, variables: dict[str, str], timeout_sec: int | None, user: str | int | None
     ) -> ExecResult:
@@ -432,18 +416,16 @@ class ContainerEnvironment(BaseEnvironment):
             raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
         return self._container
 
+    @override
+    def _compose_service_transport(self, service: str | None) -> ComposeServiceTransport:
+        """The pod's other services (the main container too, for ``stop_service``), reached by podman."""
+        return _PodServices(self)
+
     def _service_container(self, service: str | None) -> str:
         if service not in self._services:
             running = ", ".join(self._services) or "none"
             raise RuntimeError(f"{self.session_id}: no compose service {service!r} is running (running beside main: {running}).")
         return self._services[service]
-
-    @override
-    async def stop_service(self, service: str) -> None:
-        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
-        sidecar evidence, so processes the agent left cannot tamper with it."""
-        container = self._require_container() if self.is_main_service(service) else self._service_container(service)
-        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
     # ------------------------------------------------------------------ files
 
@@ -477,20 +459,6 @@ class ContainerEnvironment(BaseEnvironment):
             return await self._watch.around_copy(functools.partial(self._get, source_dir, Path(target_dir), strip=1))
         await self._get(source_dir, Path(target_dir), strip=1)
 
-    @override
-    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str | None = None) -> None:
-        """A file from one compose service (Harbor's sidecar artifacts), copied out as main's are."""
-        if self.is_main_service(service):
-            return await self.download_file(source_path, target_path)
-        await self._download_file_from(self._service_container(service), source_path, Path(target_path))
-
-    @override
-    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str | None = None) -> None:
-        """A folder from one compose service, copied out as main's are."""
-        if self.is_main_service(service):
-            return await self.download_dir(source_dir, target_dir)
-        await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
-
     async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
         """``source`` out of the container into ``target`` (:func:`~.transfer.copy_out`), at most ``max_copy_mb``;
         what the limit dropped is counted, in the trial's log and its sandbox report (``copies_cut``)."""
@@ -509,6 +477,35 @@ class ContainerEnvironment(BaseEnvironment):
         }  # fmt: skip
         with contextlib.suppress(OSError):
             self._report.add("copies_cut", entry)
+
+
+class _PodServices:
+    """Harbor's per-service operations (:class:`ComposeServiceTransport`) on a trial's compose
+    services beside main: collect hooks and sidecar artifacts reach the service's own container."""
+
+    def __init__(self, environment: ContainerEnvironment):
+        self._environment = environment
+
+    async def service_exec(
+        self, command: str, *, service: str, cwd: str | None = None, env: dict[str, str] | None = None, timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:  # fmt: skip
+        """``sh -c``, since a service's image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
+        container = self._environment._service_container(service)
+        return await self._environment._exec_in(container, ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
+
+    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str) -> None:
+        await self._environment._download_file_from(self._environment._service_container(service), source_path, Path(target_path))
+
+    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str) -> None:
+        await self._environment._get(source_dir, Path(target_dir), strip=1, container=self._environment._service_container(service))
+
+    async def stop_service(self, service: str) -> None:
+        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
+        sidecar evidence, so processes the agent left cannot tamper with it."""
+        environment = self._environment
+        container = environment._require_container() if environment.is_main_service(service) else environment._service_container(service)
+        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
 
 def _tests_folder() -> Path:
