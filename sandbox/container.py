@@ -7,8 +7,8 @@ monitor (conmon) per container. Per trial:
 * ``start()`` builds the task's image from its own Dockerfile (or resolves its
   ``docker_image``), cached by content (:mod:`.images`), and runs ONE long-lived container
   from it: the image's ENTRYPOINT with Harbor's keep-alive command, as Harbor's docker
-  environment does. Each ``exec`` is a ``podman exec`` into it, so tmux servers and
-  daemons survive from one exec to the next.
+  environment does. Each ``exec`` is a ``podman exec`` into it (:mod:`.container_exec`), so
+  tmux servers and daemons survive from one exec to the next.
 * Isolation is the engine's: its own user-visible root filesystem (writable, as under
   Docker), pid/ipc/uts/mount/network namespaces, the default seccomp profile, a reduced
   capability set, ``/proc/sys`` read-only and the usual ``/proc`` paths masked, a process
@@ -29,7 +29,8 @@ monitor (conmon) per container. Per trial:
   namespace, where every service name resolves to the pod's loopback. The pod, not a
   container, joins the trial's network, so the policy above holds for all of them.
   Harbor's per-service operations (``service_exec``, ``service_download_*``,
-  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container.
+  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container, through
+  Harbor's own main-or-service dispatch (``ComposeServiceOpsMixin``).
 * ``stop()`` removes the container (or the pod and every service in it); :mod:`.janitor`
   removes them if this process dies first.
 """

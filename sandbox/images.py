@@ -17,6 +17,10 @@ use. Nothing else: a base that cannot be found fails with the fix.
 A task's prebuilt ``docker_image`` is used as Harbor uses it; one that cannot be had that way
 (Terminal-Bench 2.0 tasks name images on a registry this host may not reach) is built from
 the task's own Dockerfile instead, with a WARNING naming both: the image was built from it.
+
+A task's images, as its trials make them -- main's, each compose service's, each separate
+verifier's (:class:`EnvironmentImages`) -- are what the prewarm step builds ahead of the
+trials (:func:`prepare_task_image`) and finds already made (:func:`task_image_names`).
 """
 
 from __future__ import annotations
