@@ -23,7 +23,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
@@ -38,9 +37,8 @@ from harbor.trial.trial import Trial  # noqa: E402
 
 import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from prefect_harbor.sandbox import IMPORT_PATH, ContainerEnvironment  # noqa: E402
-from prefect_harbor.sandbox.container import image_resolver  # noqa: E402
-from prefect_harbor.sandbox.engine import engine_env, podman  # noqa: E402
-from prefect_harbor.sandbox.images import ImageResolver  # noqa: E402
+from prefect_harbor.sandbox.engine import engine_env, podman, podman_sync  # noqa: E402
+from prefect_harbor.sandbox.images import ImageResolver, image_resolver  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples" / "tasks" / "reward-txt"
@@ -162,7 +160,7 @@ async def main(repeats: int, count: int, skip_harbor_podman: bool) -> None:
                 raise SystemExit("Harbor's podman environment needs podman-compose on PATH (it is in the dev group: uv sync), or pass --skip-harbor-podman.")
             os.environ.update({k: v for k, v in engine_env().items() if k.startswith("CONTAINERS_")})
             harbor_trials = await trials(task, EnvironmentConfig(type="podman"), scratch / "harbor", count)
-            subprocess.run(["podman", "image", "prune", "-f"], capture_output=True, env=engine_env())
+            podman_sync("image", "prune", "-f", timeout=None)
     print(f"raw engine cycle (run -d, {len(EXECS)} exec, cp in, cp out, rm -f), {repeats}x: median {median_ms(raw):.0f} ms")
     print(f"our lifecycle (start, {len(EXECS)} exec, upload, download, stop), {repeats}x: median {median_ms(ours):.0f} ms")
     print(f"image build: cold {cold:.2f} s, cached {cached * 1000:.0f} ms (no build)")

@@ -30,8 +30,8 @@ from pathlib import Path
 os.environ.setdefault("HARBOR_TELEMETRY", "0")
 
 import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
-from prefect_harbor.sandbox.container import image_resolver  # noqa: E402
-from prefect_harbor.sandbox.engine import engine_env, podman, podman_path  # noqa: E402
+from prefect_harbor.sandbox.engine import engine_env, podman, podman_argv  # noqa: E402
+from prefect_harbor.sandbox.images import image_resolver  # noqa: E402
 from prefect_harbor.sandbox.spawn import start_engine_process  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,7 +69,7 @@ async def phase(way: str, containers: list[str], seconds: float, think: float) -
         nonlocal failures
         while time.perf_counter() < deadline:
             began = time.perf_counter()
-            if await run([podman_path(), "exec", container, "sh", "-c", "echo ok"]) != 0:
+            if await run(podman_argv("exec", container, "sh", "-c", "echo ok")) != 0:
                 failures += 1
             exec_s.append(time.perf_counter() - began)
             await asyncio.sleep(think)

@@ -130,9 +130,11 @@ def run_prewarm(scratch: Path, label: str, spec: dict, env: dict[str, str]) -> d
 
 def remove_images(tags: set[str]) -> int:
     """Remove exactly these images (this benchmark's own), in one podman call; the count removed."""
+    from prefect_harbor.sandbox.engine import podman_sync
+
     if tags:
-        subprocess.run(["podman", "rmi", *sorted(tags)], capture_output=True)
-    return sum(subprocess.run(["podman", "image", "exists", tag]).returncode != 0 for tag in tags)
+        podman_sync("rmi", *sorted(tags), timeout=None)
+    return sum(podman_sync("image", "exists", tag).returncode != 0 for tag in tags)
 
 
 def main(arguments: argparse.Namespace) -> None:

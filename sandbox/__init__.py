@@ -1,7 +1,7 @@
 """The local sandbox: each trial in a daemonless OCI container (podman), built from the task's Dockerfile."""
 
-from prefect_harbor.sandbox.container import IMPORT_PATH, ContainerEnvironment, prepare_task_image, task_image_names
-from prefect_harbor.sandbox.images import BaseImageNotFoundError, ImageBuildError, present_images
+from prefect_harbor.sandbox.container import IMPORT_PATH, ContainerEnvironment
+from prefect_harbor.sandbox.images import BaseImageNotFoundError, ImageBuildError, prepare_task_image, present_images, task_image_names
 
 __all__ = [
     "IMPORT_PATH", "BaseImageNotFoundError", "ContainerEnvironment", "ImageBuildError", "prepare_task_image", "present_images", "task_image_names",

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from prefect_harbor.sandbox.engine import EngineError, engine_env, podman_path, podman_sync
+from prefect_harbor.sandbox.engine import EngineError, podman_sync
 from prefect_harbor.sandbox.images import bootstrapped_name
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -90,10 +90,9 @@ def _debootstrap(suite: str, target: str, mirror: str | None) -> None:
                 if entry.is_file():
                     entry.unlink()
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            [podman_path(), "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite}", "-", target],
-            stdin=tar.stdout, capture_output=True, env=engine_env(),
-        )  # fmt: skip
+        imported = podman_sync(
+            "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite}", "-", target, stdin=tar.stdout, timeout=None
+        )
         tar.wait()
         if imported.returncode != 0:
             raise EngineError(f"podman import failed: {imported.stderr.decode(errors='replace')[-2000:]}")

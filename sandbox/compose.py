@@ -35,7 +35,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -44,6 +44,8 @@ from prefect_harbor.sandbox.interpolation import ComposeVariables, Interpolation
 from prefect_harbor.sandbox.networks import NetworkNotHonoured, check_networks, service_networks
 
 COMPOSE_FILE = "docker-compose.yaml"
+#: Where Harbor's verifier uploads a task's tests.
+TESTS_DIR = PurePosixPath("/tests")
 #: The service Harbor runs the agent and the tests in.
 MAIN = "main"
 #: Harbor's placeholders for what the environment itself decides.
@@ -173,7 +175,7 @@ class _Context:
         return f"{self.where}.{key}"
 
 
-def load(environment_dir: Path, tests_dir: str = "/tests", variables: ComposeVariables | None = None) -> Project | None:
+def load(environment_dir: Path, tests_dir: str = str(TESTS_DIR), variables: ComposeVariables | None = None) -> Project | None:
     """The task's compose project (None without a compose file), its ``${VAR}`` filled from
     ``variables`` (none by default); :class:`ComposeNotSupported` names the first thing that
     cannot be honoured."""

@@ -7,8 +7,8 @@ monitor (conmon) per container. Per trial:
 * ``start()`` builds the task's image from its own Dockerfile (or resolves its
   ``docker_image``), cached by content (:mod:`.images`), and runs ONE long-lived container
   from it: the image's ENTRYPOINT with Harbor's keep-alive command, as Harbor's docker
-  environment does. Each ``exec`` is a ``podman exec`` into it, so tmux servers and
-  daemons survive from one exec to the next.
+  environment does. Each ``exec`` is a ``podman exec`` into it (:mod:`.container_exec`), so
+  tmux servers and daemons survive from one exec to the next.
 * Isolation is the engine's: its own user-visible root filesystem (writable, as under
   Docker), pid/ipc/uts/mount/network namespaces, the default seccomp profile, a reduced
   capability set, ``/proc/sys`` read-only and the usual ``/proc`` paths masked, a process
@@ -29,7 +29,8 @@ monitor (conmon) per container. Per trial:
   namespace, where every service name resolves to the pod's loopback. The pod, not a
   container, joins the trial's network, so the policy above holds for all of them.
   Harbor's per-service operations (``service_exec``, ``service_download_*``,
-  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container.
+  ``stop_service``: collect hooks and sidecar artifacts) reach the service's container, through
+  Harbor's own main-or-service dispatch (``ComposeServiceOpsMixin``).
 * ``stop()`` removes the container (or the pod and every service in it); :mod:`.janitor`
   removes them if this process dies first.
 """
@@ -37,36 +38,32 @@ monitor (conmon) per container. Per trial:
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import functools
-import logging
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
-from harbor.environments.definition import require_agent_environment_definition
-from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy, TaskConfig
+from harbor.environments.compose_service_ops import ComposeServiceOpsMixin, ComposeServiceTransport
+from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import compose, janitor, pod, transfer, workdir
-from prefect_harbor.sandbox.compose import MAIN, Project, Service
-from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, engine_env, podman, podman_path
-from prefect_harbor.sandbox.images import ImageResolver, ImageSettings, ImageSource, LogTarget, default_extra_ca_certs
-from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
+from prefect_harbor.sandbox import janitor, pod, transfer, workdir
+from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
+from prefect_harbor.sandbox.container_exec import exec_in
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path
+from prefect_harbor.sandbox.images import EnvironmentImages, check_environment_definition, image_resolver
+from prefect_harbor.sandbox.interpolation import ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.network import ensure_network, isolate_ports
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
-from prefect_harbor.sandbox.separate_verifier import owns_its_tests, verifier_environments, verifier_image_kwargs
-from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
+from prefect_harbor.sandbox.separate_verifier import owns_its_tests
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
@@ -74,19 +71,13 @@ from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DI
 IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
-#: Where Harbor's verifier uploads a task's tests.
-TESTS_DIR = PurePosixPath("/tests")
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
-_EXEC_MARKER = "PREFECT_HARBOR_EXEC"
-_READ_CHUNK = 64 * 1024
-#: A copy past its limit reads on through this many times the limit, counting what it drops.
-_COPY_READ_FACTOR = 4
 _START_TIMEOUT_SEC = 120
 
 
-class ContainerEnvironment(BaseEnvironment):
+class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     """One podman container per trial; see the module docstring for the design."""
 
     def __init__(
@@ -237,10 +228,9 @@ class ContainerEnvironment(BaseEnvironment):
 
     async def prepare_image(self, force_build: bool = False) -> str:
         """Build (or find) this task's image, and its compose services' images, without starting a container."""
-        self.image = await self._images.task_image(
-            self.environment_dir, self.environment_name, with_service_image(self.task_env_config, self._main), force_build=force_build, warn=self.logger
-        )
-        self._service_images = await service_images(self._images, self._compose, self.environment_name, self.task_env_config, warn=self.logger)
+        images = EnvironmentImages(self.environment_dir, self.task_env_config, self._compose, self.environment_name, self._images, self.logger)
+        self.image = await images.main(force_build=force_build)
+        self._service_images = await images.services()
         return self.image
 
     @override
@@ -252,7 +242,7 @@ class ContainerEnvironment(BaseEnvironment):
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         if self._tests_folder is None and self._protect_tests and not self._owns_tests:
             self._tests_folder = _tests_folder()
-        with _env_file({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
+        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
                 await self._start_pod(name, network, image, env_args)
             else:
@@ -301,7 +291,7 @@ class ContainerEnvironment(BaseEnvironment):
         if service.name == MAIN:
             self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
             return self._container
-        with _env_file({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
+        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
             options = [*self._service_options(service), *env_args]
             container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
         self._services[service.name] = container
@@ -408,102 +398,35 @@ class ContainerEnvironment(BaseEnvironment):
         shell = ["bash", "-c", command]
         return await self._exec_in(self._require_container(), shell, cwd or self.task_env_config.workdir, self._merge_env(env) or {}, timeout_sec, self._resolve_user(user))
 
-    @override
-    async def service_exec(
-        self,
-        command: str,
-        *,
-        service: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: int | None = None,
-        user: str | int | None = None,
-    ) -> ExecResult:
-        """A command in one compose service (Harbor's collect hooks): ``sh -c``, since a service's
-        image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
-        if self.is_main_service(service):
-            return await self.exec(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
-        return await self._exec_in(self._service_container(service), ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
-
     async def _exec_in(
         self, container: str, argv: list[str], workdir: str | None, variables: dict[str, str], timeout_sec: int | None, user: str | int | None
     ) -> ExecResult:
-        """``podman exec`` of ``argv``; on timeout or cancellation every process it started is killed."""
-        marker = secrets.token_hex(8)
-        args = ["exec", "--env", f"{_EXEC_MARKER}={marker}"]
-        if user is not None:
-            args += ["--user", str(user)]
-        if workdir:
-            args += ["--workdir", workdir]
-        clock = await self._watch.exec_clock(f"{_EXEC_MARKER}={marker}") if container == self._container else None
-        with _env_file(variables) as env_args:
-            process = await start_engine_process(
-                [podman_path(), *args, *env_args, container, *argv],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
-            try:
-                stdout, stderr = await asyncio.wait_for(self._collect(process), timeout_sec)
-            except TimeoutError:
-                await asyncio.shield(self._kill_exec(container, process, marker))
-                raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
-            except asyncio.CancelledError:
-                await asyncio.shield(self._kill_exec(container, process, marker))
-                raise
-            finally:
-                if clock is not None:
-                    await asyncio.shield(self._watch.exec_returned(clock))
-        return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
+        """``argv`` in one of the trial's containers (:mod:`.container_exec`); main's execs are timed while a verification is watched."""
+        watch = self._watch if container == self._container else None
+        return await exec_in(
+            container, argv, workdir=workdir, variables=variables, timeout_sec=timeout_sec, user=user,
+            output=self._output_callback(), watch=watch, running=self._runs,
+        )  # fmt: skip
 
-    async def _collect(self, process: EngineProcess) -> tuple[str, str]:
-        callback = self._output_callback()
-
-        async def read(stream: asyncio.StreamReader | None, name: str) -> str:
-            assert stream is not None, "started with stdout and stderr piped"
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            parts: list[str] = []
-            while chunk := await stream.read(_READ_CHUNK):
-                text = decoder.decode(chunk)
-                parts.append(text)
-                if callback and text:
-                    await callback(text, name)
-            parts.append(decoder.decode(b"", final=True))
-            return "".join(parts)
-
-        stdout, stderr = await asyncio.gather(read(process.stdout, "stdout"), read(process.stderr, "stderr"))
-        await process.wait()
-        return stdout, stderr
-
-    async def _kill_exec(self, container: str, process: EngineProcess, marker: str) -> None:
-        """Kill every process the exec started inside ``container`` (they carry its marker)."""
-        if container in (self._container, *self._services.values()):
-            script = (
-                f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
-                f"grep -qx {_EXEC_MARKER}={marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
-            )
-            with contextlib.suppress(Exception):
-                await podman("exec", "--user", "root", container, "sh", "-c", script, timeout=30)
-        if process.returncode is None:
-            process.kill()
-        with contextlib.suppress(Exception):
-            await process.wait()
+    def _runs(self, container: str) -> bool:
+        """Whether ``container`` is still one of this trial's (``stop()`` has not removed it)."""
+        return container in (self._container, *self._services.values())
 
     def _require_container(self) -> str:
         if not self._container:
             raise RuntimeError(f"{self.session_id}: the container is not running (start() first).")
         return self._container
 
+    @override
+    def _compose_service_transport(self, service: str | None) -> ComposeServiceTransport:
+        """The pod's other services (the main container too, for ``stop_service``), reached by podman."""
+        return _PodServices(self)
+
     def _service_container(self, service: str | None) -> str:
         if service not in self._services:
             running = ", ".join(self._services) or "none"
             raise RuntimeError(f"{self.session_id}: no compose service {service!r} is running (running beside main: {running}).")
         return self._services[service]
-
-    @override
-    async def stop_service(self, service: str) -> None:
-        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
-        sidecar evidence, so processes the agent left cannot tamper with it."""
-        container = self._require_container() if self.is_main_service(service) else self._service_container(service)
-        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
     # ------------------------------------------------------------------ files
 
@@ -517,36 +440,19 @@ class ContainerEnvironment(BaseEnvironment):
 
     async def _put(self, source: Path, target: PurePosixPath) -> None:
         container = self._require_container()
-        if not target.is_absolute():
-            raise ValueError(f"{target}: give an absolute path in the container.")
         if target.is_relative_to(TESTS_DIR):  # Harbor's verifier: its clean-up is done, test.sh comes next
             await self._watch.before_tests(container)
         if self._tests_folder is not None and target.is_relative_to(TESTS_DIR):
             await asyncio.to_thread(_publish_tests, source, self._tests_folder / target.relative_to(TESTS_DIR))
             return
-        with tempfile.TemporaryFile() as archive:
-            await asyncio.to_thread(transfer.pack, source, target, archive)
-            archive.seek(0)
-            process = await start_engine_process(
-                [podman_path(), "cp", "--archive=false", "-", f"{container}:/"],
-                stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
-            _, stderr = await process.communicate()
-        if process.returncode != 0:
-            raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
+        await transfer.copy_in(container, source, target)
 
     @override
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         await self._download_file_from(self._require_container(), source_path, Path(target_path))
 
     async def _download_file_from(self, container: str, source_path: str, target: Path) -> None:
-        with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
-            await self._get(source_path, Path(scratch), strip=0, container=container)
-            copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
-            if len(copied) != 1:
-                raise FileNotFoundError(f"{source_path} is not a regular file in the container.")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            copied[0].replace(target)
+        await transfer.copy_file_out(container, source_path, target, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
@@ -554,56 +460,11 @@ class ContainerEnvironment(BaseEnvironment):
             return await self._watch.around_copy(functools.partial(self._get, source_dir, Path(target_dir), strip=1))
         await self._get(source_dir, Path(target_dir), strip=1)
 
-    @override
-    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str | None = None) -> None:
-        """A file from one compose service (Harbor's sidecar artifacts), copied out as main's are."""
-        if self.is_main_service(service):
-            return await self.download_file(source_path, target_path)
-        await self._download_file_from(self._service_container(service), source_path, Path(target_path))
-
-    @override
-    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str | None = None) -> None:
-        """A folder from one compose service, copied out as main's are."""
-        if self.is_main_service(service):
-            return await self.download_dir(source_dir, target_dir)
-        await self._get(source_dir, Path(target_dir), strip=1, container=self._service_container(service))
-
     async def _get(self, source: str, target: Path, *, strip: int, container: str | None = None) -> None:
-        """``source`` out of the container into ``target``: podman's tar stream, extracted as it
-        comes (:func:`~.transfer.unpack`), at most ``max_copy_mb``; what the limit dropped is
-        counted, in the trial's log and its sandbox report (``copies_cut``)."""
+        """``source`` out of the container into ``target`` (:func:`~.transfer.copy_out`), at most ``max_copy_mb``;
+        what the limit dropped is counted, in the trial's log and its sandbox report (``copies_cut``)."""
         container = container or self._require_container()
-        limit = self._max_copy_bytes
-        reading, writing = os.pipe()
-        try:
-            process = await start_engine_process(
-                [podman_path(), "cp", f"{container}:{source}", "-"],
-                stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE, env=engine_env(),
-            )  # fmt: skip
-        except BaseException:
-            os.close(reading)
-            raise
-        finally:
-            os.close(writing)
-        assert process.stderr is not None  # started with stderr=PIPE
-        with os.fdopen(reading, "rb") as stream:
-            errors = asyncio.ensure_future(process.stderr.read())
-            unpacking = asyncio.ensure_future(
-                asyncio.to_thread(transfer.unpack, stream, target, strip=strip, max_bytes=limit, max_read=limit * _COPY_READ_FACTOR)
-            )
-            try:
-                done = await asyncio.shield(unpacking)
-            finally:
-                if process.returncode is None and _stopped_reading(unpacking):
-                    process.kill()  # cancelled, or read as far as a copy reads: the thread then sees the stream end
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(unpacking)
-                stderr = await errors
-                await process.wait()
-        if process.returncode != 0 and not done.stopped_early:
-            raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()[-2000:]}")
-        if done.dropped_files or done.stopped_early:
-            self._record_cut_copy(source, done)
+        await transfer.copy_out(container, source, target, strip=strip, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     def _record_cut_copy(self, source: str, done: transfer.Unpacked) -> None:
         at_least = "at least " if done.stopped_early else ""
@@ -619,11 +480,33 @@ class ContainerEnvironment(BaseEnvironment):
             self._report.add("copies_cut", entry)
 
 
-def _stopped_reading(unpacking: asyncio.Future[transfer.Unpacked]) -> bool:
-    """Whether the copy's reader is done with podman's stream before its end."""
-    if not unpacking.done() or unpacking.cancelled() or unpacking.exception() is not None:
-        return True
-    return unpacking.result().stopped_early
+class _PodServices:
+    """Harbor's per-service operations (:class:`ComposeServiceTransport`) on a trial's compose
+    services beside main: collect hooks and sidecar artifacts reach the service's own container."""
+
+    def __init__(self, environment: ContainerEnvironment):
+        self._environment = environment
+
+    async def service_exec(
+        self, command: str, *, service: str, cwd: str | None = None, env: dict[str, str] | None = None, timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:  # fmt: skip
+        """``sh -c``, since a service's image may have no bash, and none of main's working folder, user or environment, as in Harbor."""
+        container = self._environment._service_container(service)
+        return await self._environment._exec_in(container, ["sh", "-c", command], cwd, env or {}, timeout_sec, user)
+
+    async def service_download_file(self, source_path: str, target_path: Path | str, *, service: str) -> None:
+        await self._environment._download_file_from(self._environment._service_container(service), source_path, Path(target_path))
+
+    async def service_download_dir(self, source_dir: str, target_dir: Path | str, *, service: str) -> None:
+        await self._environment._get(source_dir, Path(target_dir), strip=1, container=self._environment._service_container(service))
+
+    async def stop_service(self, service: str) -> None:
+        """Stop one service, the rest of the pod running on: Harbor stops main before it collects
+        sidecar evidence, so processes the agent left cannot tamper with it."""
+        environment = self._environment
+        container = environment._require_container() if environment.is_main_service(service) else environment._service_container(service)
+        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
 
 
 def _tests_folder() -> Path:
@@ -651,27 +534,6 @@ def _publish_tests(source: Path, target: Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
-def image_resolver(
-    base_images: dict[str, str] | None = None,
-    extra_ca_certs: list[str] | None = None,
-    pull: bool = True,
-    max_parallel_builds: int = 2,
-    baked_paths: list[dict] | None = None,
-    pids_limit: int = DEFAULT_PIDS_LIMIT,
-    make_bases: bool = True,
-    **_: Any,
-) -> ImageResolver:
-    """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
-    certificates = default_extra_ca_certs() if extra_ca_certs is None else [Path(p) for p in extra_ca_certs]
-    if max_parallel_builds < 1:
-        raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
-    settings = ImageSettings(
-        base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
-        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
-    )  # fmt: skip
-    return ImageResolver(settings)
-
-
 def check_userns(userns: str | None) -> str | None:
     """``userns`` if this host can honour it: ``"auto"`` needs subordinate ids for the ``containers`` user."""
     if userns in (None, ""):
@@ -691,131 +553,11 @@ def check_userns(userns: str | None) -> str | None:
     return userns
 
 
-def check_environment_definition(
-    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: LogTarget | logging.LoggerAdapter | None = None
-) -> Project | None:
-    """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
-    warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
-    honour, neither a Dockerfile nor an image)."""
-    project = compose.load(environment_dir, str(TESTS_DIR), variables)
-    for warning in project.warnings if project and warn else ():
-        warn.warning(warning)  # type: ignore[union-attr]
-    if not (environment_dir / "Dockerfile").is_file():
-        require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
-    return project
-
-
-def with_service_image(config: EnvironmentConfig, service: Service | None) -> EnvironmentConfig:
-    """The task's environment config, its image the compose service's when it names one."""
-    return config.model_copy(update={"docker_image": service.image}) if service and service.image else config
-
-
-async def service_images(
-    resolver: ImageResolver, project: Project | None, name: str, config: EnvironmentConfig, *, build: bool = True,
-    warn: LogTarget | logging.LoggerAdapter,
-) -> dict[str, str]:  # fmt: skip
-    """The image of each compose service beside main, by service name (built, or found by content)."""
-    services = project.services.values() if project else ()
-    return {
-        service.name: await resolver.service_image(service, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
-        for service in services
-    }
-
-
-async def task_image_names(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, force_build: bool = False
-) -> list[str]:  # fmt: skip
-    """The images the task's trials would run, main first, then its compose services: named
-    by content as a build would name them (bases resolved, pulled if need be), never built:
-    a base still to bootstrap or stand in raises :class:`~.images.BaseNotMadeError`. With
-    :func:`present_images`, how a prewarm finds a task with nothing to build."""
-    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
-    resolver = image_resolver(**{**kwargs, "make_bases": False})
-    name = config.task.short_name if config.task else task_dir.name
-    main = project.main if project else None
-    image = await resolver.task_image(
-        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=False, warn=logger
-    )
-    services = await service_images(resolver, project, name, config.environment, build=False, warn=logger)
-    return [image, *services.values(), *await verifier_images(task_dir, config, name, {**kwargs, "make_bases": False}, logger, build=False)]
-
-
-@dataclass(frozen=True)
-class PreparedImage:
-    """A task's main image as its trials will run it, and how it was had."""
-
-    image: str
-    source: ImageSource
-    #: Its build log, when this call built it (None for a cached or prebuilt image).
-    build_log: Path | None = None
-
-
-async def prepare_task_image(
-    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True, force_build: bool = False
-) -> PreparedImage:  # fmt: skip
-    """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
-
-    The images of its compose services are built too. A failed build raises
-    :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor check``)
-    stops before building: the environment definition, the Dockerfiles' FROM lines and their
-    bases are checked, and nothing is pulled, bootstrapped or built.
-    """
-    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
-    project = check_environment_definition(task_dir / "environment", config.environment.docker_image, _compose_variables(kwargs), logger)
-    # fresh: its build count is this call's
-    resolver = image_resolver(**{**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build})
-    name = config.task.short_name if config.task else task_dir.name
-    main = project.main if project else None
-    image = await resolver.task_image(
-        task_dir / "environment", name, with_service_image(config.environment, main), force_build=force_build, build=build, warn=logger
-    )
-    built = resolver.builds
-    await service_images(resolver, project, name, config.environment, build=build, warn=logger)
-    await verifier_images(task_dir, config, name, {**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build}, logger, build=build)
-    return PreparedImage(image, resolver.sources[image], resolver.log_path(image) if built else None)
-
-
-async def verifier_images(
-    task_dir: Path, config: TaskConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
-) -> list[str]:
-    """The images of the task's separate verifiers (:mod:`.separate_verifier`), main first then
-    their compose services, made (with ``build``) as the trial's verifier will make them."""
-    images: list[str] = []
-    for definition in verifier_environments(task_dir, config):
-        project = check_environment_definition(definition.directory, definition.config.docker_image, _compose_variables(kwargs), logger)
-        resolver = image_resolver(**verifier_image_kwargs(kwargs, definition))
-        main = project.main if project else None
-        images.append(await resolver.task_image(definition.directory, name, with_service_image(definition.config, main), build=build, warn=logger))
-        images += (await service_images(resolver, project, name, definition.config, build=build, warn=logger)).values()
-    return images
-
-
-def _compose_variables(kwargs: dict[str, Any]) -> ComposeVariables:
-    return ComposeVariables.from_host(kwargs.get(PASSTHROUGH_OPTION) or ())
-
-
 def _volume(mount: dict) -> str:
     if mount.get("type", "bind") != "bind":
         raise ValueError(f"mount {mount!r}: only bind mounts are supported by the local container sandbox.")
     options = "ro" if mount.get("read_only") else "rw"
     return f"{mount['source']}:{mount['target']}:{options}"
-
-
-@contextlib.contextmanager
-def _env_file(variables: dict[str, str]):
-    """``--env-file`` arguments for ``variables``: values never appear on a host command line."""
-    if not variables:
-        yield []
-        return
-    bad = [k for k, v in variables.items() if "\n" in str(v) or "\n" in k]
-    if bad:
-        raise ValueError(f"environment variables {bad} hold a newline, which podman's env files cannot carry.")
-    with tempfile.NamedTemporaryFile("w", prefix="prefect-harbor-env-", delete=True) as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write("".join(f"{key}={value}\n" for key, value in variables.items()))
-        handle.flush()
-        yield ["--env-file", handle.name]
 
 
 def _sanitize(name: str) -> str:

@@ -22,8 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from prefect_harbor.sandbox.engine import engine_env, podman, podman_path
-from prefect_harbor.sandbox.spawn import start_engine_process
+from prefect_harbor.sandbox.engine import podman, start_podman
 
 #: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
@@ -134,9 +133,7 @@ def is_folder(found: os.stat_result | None) -> bool:
 async def changes(container: str, wanted: Callable[[str], bool]) -> AsyncIterator[tuple[str, str]]:
     """``(kind, path)`` for each path ``podman diff`` lists that ``wanted`` accepts: kind ``C``
     (changed from the image), ``A`` (added) or ``D`` (deleted)."""
-    process = await start_engine_process(
-        [podman_path(), "diff", container], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=engine_env()
-    )
+    process = await start_podman("diff", container, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert process.stdout is not None
         while line := await process.stdout.readline():

@@ -1,22 +1,26 @@
 """The container engine: podman (and buildah under it), called as a daemonless CLI.
 
-Every call goes through :func:`podman`, which applies the project's own
-``containers.conf`` and ``registries.conf`` (shipped beside this module) through
-``CONTAINERS_CONF``/``CONTAINERS_REGISTRIES_CONF``, so nothing under ``/etc`` is changed and
-a user's own podman set-up is left alone.
+Every podman command line is built here (:func:`podman_argv`) and run with :func:`engine_env`,
+which applies the project's own ``containers.conf`` and ``registries.conf`` (shipped beside
+this module) through ``CONTAINERS_CONF``/``CONTAINERS_REGISTRIES_CONF``, so nothing under
+``/etc`` is changed and a user's own podman set-up is left alone. :func:`podman` and
+:func:`podman_sync` are for calls read whole, :func:`start_podman` for calls that stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from prefect_harbor.sandbox.spawn import start_engine_process
+from prefect_harbor.sandbox.spawn import EngineProcess, Stdio, start_engine_process
 
 CONF_DIR = Path(__file__).parent
 #: Label keys on every container this project starts (the janitor finds them by these).
@@ -70,13 +74,21 @@ def engine_env() -> dict[str, str]:
     return env
 
 
+def podman_argv(*args: str) -> list[str]:
+    """The command line of ``podman ARGS``."""
+    return [podman_path(), *args]
+
+
+async def start_podman(*args: str, stdin: Stdio, stdout: Stdio, stderr: Stdio) -> EngineProcess:
+    """``podman ARGS`` started off the event loop (:mod:`.spawn`), for a call whose streams the caller reads or feeds."""
+    return await start_engine_process(podman_argv(*args), stdin=stdin, stdout=stdout, stderr=stderr, env=engine_env())
+
+
 async def podman(*args: str, stdin: bytes | None = None, timeout: float | None = None) -> Completed:
     """Run ``podman ARGS`` and collect its output; on timeout the call is killed and raises."""
-    process = await start_engine_process(
-        [podman_path(), *args],
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-    )  # fmt: skip
+    process = await start_podman(
+        *args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout)
     except (TimeoutError, asyncio.CancelledError):
@@ -87,7 +99,23 @@ async def podman(*args: str, stdin: bytes | None = None, timeout: float | None =
     return Completed(process.returncode or 0, stdout, stderr)
 
 
-def podman_sync(*args: str, timeout: float | None = 60) -> Completed:
+def podman_sync(*args: str, stdin: Stdio = None, timeout: float | None = 60) -> Completed:
     """:func:`podman` for code outside an event loop (CLI commands, the janitor)."""
-    done = subprocess.run([podman_path(), *args], capture_output=True, timeout=timeout, env=engine_env())
+    done = subprocess.run(podman_argv(*args), stdin=stdin, capture_output=True, timeout=timeout, env=engine_env())
     return Completed(done.returncode, done.stdout, done.stderr)
+
+
+@contextlib.contextmanager
+def env_file_options(variables: Mapping[str, str]) -> Iterator[list[str]]:
+    """``--env-file`` options for ``variables``: values never appear on a host command line."""
+    if not variables:
+        yield []
+        return
+    bad = [k for k, v in variables.items() if "\n" in str(v) or "\n" in k]
+    if bad:
+        raise ValueError(f"environment variables {bad} hold a newline, which podman's env files cannot carry.")
+    with tempfile.NamedTemporaryFile("w", prefix="prefect-harbor-env-", delete=True) as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write("".join(f"{key}={value}\n" for key, value in variables.items()))
+        handle.flush()
+        yield ["--env-file", handle.name]

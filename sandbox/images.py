@@ -17,6 +17,10 @@ use. Nothing else: a base that cannot be found fails with the fix.
 A task's prebuilt ``docker_image`` is used as Harbor uses it; one that cannot be had that way
 (Terminal-Bench 2.0 tasks name images on a registry this host may not reach) is built from
 the task's own Dockerfile instead, with a WARNING naming both: the image was built from it.
+
+A task's images, as its trials make them -- main's, each compose service's, each separate
+verifier's (:class:`EnvironmentImages`) -- are what the prewarm step builds ahead of the
+trials (:func:`prepare_task_image`) and finds already made (:func:`task_image_names`).
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
-from harbor.environments.definition import DOCKERFILE_NAME, should_use_prebuilt_docker_image
-from harbor.models.task.config import EnvironmentConfig
+from harbor.environments.definition import DOCKERFILE_NAME, require_agent_environment_definition, should_use_prebuilt_docker_image
+from harbor.models.task.config import EnvironmentConfig, TaskConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
 from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
-from prefect_harbor.sandbox.compose import Service
+from prefect_harbor.sandbox.compose import TESTS_DIR, Project, Service
+from prefect_harbor.sandbox.compose import load as load_compose
 from prefect_harbor.sandbox.dockerfile import (
     copy_from_images,
     create_workdirs,
@@ -50,11 +56,13 @@ from prefect_harbor.sandbox.dockerfile import (
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
+from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT, build_cgroup_parent
 from prefect_harbor.sandbox.network import ensure_network
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.remote_sources import RemoteSourceError, fetch
 from prefect_harbor.sandbox.seccomp import seccomp_options
+from prefect_harbor.sandbox.separate_verifier import verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 
 #: Bump when the way images are built changes, so old cached tags are not reused.
@@ -502,3 +510,140 @@ def default_extra_ca_certs() -> Sequence[Path]:
     """The host's locally added CAs (Debian/Ubuntu keep them in /usr/local/share/ca-certificates)."""
     root = Path("/usr/local/share/ca-certificates")
     return sorted(p for p in root.rglob("*.crt") if p.is_file()) if root.is_dir() else []
+
+
+# ------------------------------------------------------------------ a task's images, as its trials make them
+
+
+def image_resolver(
+    base_images: dict[str, str] | None = None,
+    extra_ca_certs: list[str] | None = None,
+    pull: bool = True,
+    max_parallel_builds: int = 2,
+    baked_paths: list[dict] | None = None,
+    pids_limit: int = DEFAULT_PIDS_LIMIT,
+    make_bases: bool = True,
+    **_: Any,
+) -> ImageResolver:
+    """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
+    certificates = default_extra_ca_certs() if extra_ca_certs is None else [Path(p) for p in extra_ca_certs]
+    if max_parallel_builds < 1:
+        raise ValueError(f"max_parallel_builds: {max_parallel_builds} must be at least 1.")
+    settings = ImageSettings(
+        base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
+        max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
+    )  # fmt: skip
+    return ImageResolver(settings)
+
+
+def check_environment_definition(
+    environment_dir: Path, docker_image: str | None, variables: ComposeVariables | None = None, warn: LogTarget | logging.LoggerAdapter | None = None
+) -> Project | None:
+    """The task's compose project, if any, its ``${VAR}`` from ``variables`` (what it did without
+    warned about on ``warn``); refuse what this sandbox cannot start (compose keys it cannot
+    honour, neither a Dockerfile nor an image)."""
+    project = load_compose(environment_dir, str(TESTS_DIR), variables)
+    for warning in project.warnings if project and warn else ():
+        warn.warning(warning)  # type: ignore[union-attr]
+    if not (environment_dir / "Dockerfile").is_file():
+        require_agent_environment_definition(environment_dir, docker_image=docker_image or (project.main.image if project else None))
+    return project
+
+
+@dataclass(frozen=True)
+class EnvironmentImages:
+    """The images of one environment definition (a task's, or a separate verifier's): its main
+    image, then one per compose service beside main, made by ``resolver``."""
+
+    directory: Path
+    config: EnvironmentConfig
+    project: Project | None
+    name: str
+    resolver: ImageResolver
+    logger: LogTarget | logging.LoggerAdapter
+
+    @classmethod
+    def read(
+        cls, directory: Path, config: EnvironmentConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter
+    ) -> EnvironmentImages:
+        """The definition in ``directory`` checked, and a fresh resolver for ``kwargs`` (its build count is this call's)."""
+        project = check_environment_definition(directory, config.docker_image, ComposeVariables.from_host(kwargs.get(PASSTHROUGH_OPTION) or ()), logger)
+        return cls(directory, config, project, name, image_resolver(**kwargs), logger)
+
+    async def main(self, *, force_build: bool = False, build: bool = True) -> str:
+        """Main's image: the task's own, or the one its compose file names for main."""
+        service = self.project.main if self.project else None
+        config = self.config.model_copy(update={"docker_image": service.image}) if service and service.image else self.config
+        return await self.resolver.task_image(self.directory, self.name, config, force_build=force_build, build=build, warn=self.logger)
+
+    async def services(self, *, build: bool = True) -> dict[str, str]:
+        """The image of each compose service beside main, by service name (built, or found by content)."""
+        services = self.project.services.values() if self.project else ()
+        return {
+            service.name: await self.resolver.service_image(service, self.name, timeout_sec=self.config.build_timeout_sec, build=build, warn=self.logger)
+            for service in services
+        }
+
+
+def _task(task_dir: Path) -> tuple[TaskConfig, str]:
+    """The task's configuration, and its name as its images are named."""
+    config = TaskConfig.model_validate_toml((task_dir / "task.toml").read_text())
+    return config, config.task.short_name if config.task else task_dir.name
+
+
+async def task_image_names(
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, force_build: bool = False
+) -> list[str]:  # fmt: skip
+    """The images the task's trials would run, main first, then its compose services: named
+    by content as a build would name them (bases resolved, pulled if need be), never built:
+    a base still to bootstrap or stand in raises :class:`BaseNotMadeError`. With
+    :func:`present_images`, how a prewarm finds a task with nothing to build."""
+    config, name = _task(task_dir)
+    kwargs = {**kwargs, "make_bases": False}
+    images = EnvironmentImages.read(task_dir / "environment", config.environment, name, kwargs, logger)
+    image = await images.main(force_build=force_build, build=False)
+    services = await images.services(build=False)
+    return [image, *services.values(), *await verifier_images(task_dir, config, name, kwargs, logger, build=False)]
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A task's main image as its trials will run it, and how it was had."""
+
+    image: str
+    source: ImageSource
+    #: Its build log, when this call built it (None for a cached or prebuilt image).
+    build_log: Path | None = None
+
+
+async def prepare_task_image(
+    task_dir: Path, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True, force_build: bool = False
+) -> PreparedImage:  # fmt: skip
+    """Build (or find) the images of the task in ``task_dir`` as its trials will: the prewarm step.
+
+    The images of its compose services are built too. A failed build raises
+    :class:`ImageBuildError` with the log's tail. ``build=False`` (``prefect-harbor check``)
+    stops before building: the environment definition, the Dockerfiles' FROM lines and their
+    bases are checked, and nothing is pulled, bootstrapped or built.
+    """
+    config, name = _task(task_dir)
+    kwargs = {**kwargs, "pull": kwargs.get("pull", True) and build, "make_bases": build}
+    images = EnvironmentImages.read(task_dir / "environment", config.environment, name, kwargs, logger)
+    image = await images.main(force_build=force_build, build=build)
+    built = images.resolver.builds
+    await images.services(build=build)
+    await verifier_images(task_dir, config, name, kwargs, logger, build=build)
+    return PreparedImage(image, images.resolver.sources[image], images.resolver.log_path(image) if built else None)
+
+
+async def verifier_images(
+    task_dir: Path, config: TaskConfig, name: str, kwargs: dict[str, Any], logger: logging.Logger | logging.LoggerAdapter, *, build: bool = True
+) -> list[str]:
+    """The images of the task's separate verifiers (:mod:`.separate_verifier`), main first then
+    their compose services, made (with ``build``) as the trial's verifier will make them."""
+    found: list[str] = []
+    for definition in verifier_environments(task_dir, config):
+        images = EnvironmentImages.read(definition.directory, definition.config, name, verifier_image_kwargs(kwargs, definition), logger)
+        found.append(await images.main(build=build))
+        found += (await images.services(build=build)).values()
+    return found

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from prefect_harbor.sandbox import firewall
-from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_path, podman_sync
+from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_argv, podman_sync
 
 _watchdog_lock = threading.Lock()
 _watchdog: subprocess.Popen | None = None
@@ -53,15 +53,14 @@ def ensure_watchdog() -> None:
     with _watchdog_lock:
         if _watchdog is not None and _watchdog.poll() is None:
             return
-        podman = shlex.quote(podman_path())
         owner = owner_token()
-        label = shlex.quote(f"label={LABEL_OWNER}={owner}")
+        label = f"label={LABEL_OWNER}={owner}"
         script = (
             'trap "" INT TERM HUP QUIT; cat >/dev/null; '
-            f"pods=$({podman} pod ps -q --filter {label}); "
-            f'[ -n "$pods" ] && {podman} pod rm -f -t 0 $pods >/dev/null 2>&1; '
-            f"ids=$({podman} ps -aq --filter {label}); "
-            f'[ -n "$ids" ] && {podman} rm -f -t 0 $ids >/dev/null 2>&1; '
+            f"pods=$({shlex.join(podman_argv('pod', 'ps', '-q', '--filter', label))}); "
+            f'[ -n "$pods" ] && {shlex.join(podman_argv("pod", "rm", "-f", "-t", "0"))} $pods >/dev/null 2>&1; '
+            f"ids=$({shlex.join(podman_argv('ps', '-aq', '--filter', label))}); "
+            f'[ -n "$ids" ] && {shlex.join(podman_argv("rm", "-f", "-t", "0"))} $ids >/dev/null 2>&1; '
             f"{firewall.withdraw_owner_script(owner)} >/dev/null 2>&1; exit 0"
         )
         _watchdog = subprocess.Popen(

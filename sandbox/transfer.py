@@ -1,6 +1,6 @@
 """Files in and out of a container as tar streams made and read by trusted code only.
 
-Both directions go through ``podman cp`` (podman's own copier, which resolves paths inside
+Both directions go through ``podman cp`` (:func:`copy_in`, :func:`copy_out`) (podman's own copier, which resolves paths inside
 the container's root), never through a ``tar`` binary of the container's: an agent that is
 root in its container can replace that binary and forge the archive.
 
@@ -16,17 +16,26 @@ stream) so that a copy cut short still says what it left behind.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import stat
+import subprocess
 import tarfile
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from prefect_harbor.sandbox.engine import start_podman
+
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
+#: A copy past its limit reads on through this many times the limit, counting what it drops.
+_COPY_READ_FACTOR = 4
 #: The refused members named one by one (the rest are counted).
 _NAMED = 50
 
@@ -72,6 +81,73 @@ class _Counted:
         if self._limit is not None and self.count > self._limit:
             raise _ReadLimit
         return data
+
+
+async def copy_in(container: str, source: Path, target: PurePosixPath) -> None:
+    """``source`` (a host file or folder) into ``container`` as ``target``, an absolute path: :func:`pack`, then ``podman cp``."""
+    if not target.is_absolute():
+        raise ValueError(f"{target}: give an absolute path in the container.")
+    with tempfile.TemporaryFile() as archive:
+        await asyncio.to_thread(pack, source, target, archive)
+        archive.seek(0)
+        process = await start_podman("cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, stderr = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
+
+
+#: Told of a copy out that the limit cut: its source and what :func:`unpack` did.
+CutCopy = Callable[[str, "Unpacked"], None]
+
+
+async def copy_out(container: str, source: str, target: Path, *, strip: int, max_bytes: int, on_cut: CutCopy) -> None:
+    """``source`` out of ``container`` into ``target``: podman's tar stream, extracted as it comes
+    (:func:`unpack`), at most ``max_bytes``; a copy the limit cut is told to ``on_cut``."""
+    reading, writing = os.pipe()
+    try:
+        process = await start_podman("cp", f"{container}:{source}", "-", stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE)
+    except BaseException:
+        os.close(reading)
+        raise
+    finally:
+        os.close(writing)
+    assert process.stderr is not None  # started with stderr=PIPE
+    with os.fdopen(reading, "rb") as stream:
+        errors = asyncio.ensure_future(process.stderr.read())
+        unpacking = asyncio.ensure_future(
+            asyncio.to_thread(unpack, stream, target, strip=strip, max_bytes=max_bytes, max_read=max_bytes * _COPY_READ_FACTOR)
+        )
+        try:
+            done = await asyncio.shield(unpacking)
+        finally:
+            if process.returncode is None and _stopped_reading(unpacking):
+                process.kill()  # cancelled, or read as far as a copy reads: the thread then sees the stream end
+            with contextlib.suppress(Exception):
+                await asyncio.shield(unpacking)
+            stderr = await errors
+            await process.wait()
+    if process.returncode != 0 and not done.stopped_early:
+        raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()[-2000:]}")
+    if done.dropped_files or done.stopped_early:
+        on_cut(source, done)
+
+
+async def copy_file_out(container: str, source: str, target: Path, *, max_bytes: int, on_cut: CutCopy) -> None:
+    """The regular file ``source`` out of ``container`` as ``target`` (:func:`copy_out`, then moved into place)."""
+    with tempfile.TemporaryDirectory(dir=target.parent if target.parent.is_dir() else None) as scratch:
+        await copy_out(container, source, Path(scratch), strip=0, max_bytes=max_bytes, on_cut=on_cut)
+        copied = [p for p in Path(scratch).iterdir() if p.is_file() and not p.is_symlink()]
+        if len(copied) != 1:
+            raise FileNotFoundError(f"{source} is not a regular file in the container.")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        copied[0].replace(target)
+
+
+def _stopped_reading(unpacking: asyncio.Future[Unpacked]) -> bool:
+    """Whether the copy's reader is done with podman's stream before its end."""
+    if not unpacking.done() or unpacking.cancelled() or unpacking.exception() is not None:
+        return True
+    return unpacking.result().stopped_early
 
 
 def pack(source: Path, target: PurePosixPath, into: IO[bytes]) -> None:

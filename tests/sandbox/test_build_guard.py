@@ -90,7 +90,7 @@ def test_an_ordinary_dockerfile_is_left_as_it_is(tmp_path):
 async def test_check_refuses_an_unsafe_dockerfile_without_building(tmp_path):
     """`prefect-harbor check` (build=False) names the line, as prewarm would, before anything is built."""
     from prefect_harbor.sandbox import ImageBuildError
-    from prefect_harbor.sandbox.container import image_resolver
+    from prefect_harbor.sandbox.images import image_resolver
 
     context = tmp_path / "environment"
     context.mkdir()

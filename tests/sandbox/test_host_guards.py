@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from prefect_harbor.sandbox import firewall, janitor, limits, network, proxy, seccomp
-from prefect_harbor.sandbox.container import image_resolver
 from prefect_harbor.sandbox.engine import podman
+from prefect_harbor.sandbox.images import image_resolver
 from tests.auth_proxy import AuthenticatingProxy
 from tests.tasks_factory import BASE_DOCKERFILE
 
