@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from harbor.models.environment_type import EnvironmentType
 from harbor.models.task.config import TaskConfig
@@ -24,7 +24,8 @@ TaskMode = Literal["template", "dataset"]
 #: Harbor's own per-trial log lines on the console; they are always in each trial's trial.log.
 VERBOSE_VARIABLE = "PREFECT_HARBOR_VERBOSE"
 #: The native Harbor agents the Osmosis backend binds by name.
-NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
+NativeAgentName = Literal["terminus-2", "mini-swe-agent", "oracle"]
+NATIVE_AGENTS: tuple[str, ...] = get_args(NativeAgentName)
 #: Native agents that call a model, and so need a model endpoint.
 MODEL_AGENTS = ("terminus-2", "mini-swe-agent")
 #: Harbor's own environment types (docker, daytona, modal, e2b, skypilot, ...).

@@ -162,7 +162,7 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
     try:
         endpoint = endpoint_from_flags(**endpoint_flags)
         backend = HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader, model_endpoint=endpoint, **flags)
-        spec = backend.bundle_spec()
+        spec = backend.spec().bundle_spec()
         if spec is not None:
             check_project(spec)  # the rest (build, imports) is the flow's first step
         return backend
