@@ -23,7 +23,7 @@ from prefect_harbor.config import (
     own_verifier,
     reject_legacy_keywords,
 )
-from prefect_harbor.spec import BackendSpec, BundleSource, Endpoint, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
+from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
 from prefect_harbor.storage.archive import ArchiveLimits, MiB
 from prefect_harbor.trial import reward_key
 from prefect_harbor.trial.tampering import OnTampering
@@ -340,7 +340,6 @@ class HarborBackend(Block):
 
     def spec(self) -> BackendSpec:
         """This configuration as the core takes it: resolved once, frozen, the agent a union (``prefect_harbor.spec``)."""
-        endpoint = self.model_endpoint
         environment = self.environment
         agent: NativeAgent | WorkflowAgent = (
             NativeAgent(name=self.agent, options=self.native_agent_kwargs)  # type: ignore[arg-type]  # _agent_is_known checked the name
@@ -350,7 +349,7 @@ class HarborBackend(Block):
         return BackendSpec(
             sources=Sources(tasks_dir=self.tasks_dir, mode=self.task_mode, **{k: tuple(v) for k, v in self.task_sources.model_dump().items()}),
             agent=agent,
-            model=Model(name=self.model_name, endpoint=None if endpoint is None else Endpoint(base_url=endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model)),
+            model=Model(name=self.model_name, endpoint=None if self.model_endpoint is None else self.model_endpoint.spec()),
             environment=Environment(
                 type=environment.type, import_path=environment.import_path, kwargs=dict(environment.kwargs), force_build=self.force_build,
                 task_env_passthrough=tuple(self.task_env_passthrough),

@@ -196,7 +196,7 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
     mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle and not baked else [])]
     if backend.is_native:
         assert backend.agent is not None
-        setup = native_agent_config(backend.agent, model_name, backend.model_endpoint, backend.native_agent_kwargs)
+        setup = native_agent_config(backend.agent, model_name, backend.spec().model.endpoint, backend.native_agent_kwargs)
         agent = setup.agent
         mounts += [m for m in setup.mounts if m not in mounts]
     else:
