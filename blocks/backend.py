@@ -50,7 +50,8 @@ class HarborBackend(Block):
 
     Mirrors the constructor of Osmosis SDK v0.3's ``HarborBackend``; the rules it
     enforces are checked when the block is created, saved or loaded, and again when a
-    sweep starts, so a bad configuration fails before any trial.
+    sweep starts, so a bad configuration fails before any trial. A flow hands the core
+    :meth:`spec`, never the block.
     """
 
     _block_type_name = "Harbor Backend"
@@ -316,10 +317,6 @@ class HarborBackend(Block):
             raise ConfigurationError(f"tasks_dir: no task under {self.tasks_dir} has tests/test.sh and no grader is configured: there is no reward source.")
 
     @property
-    def archive_limits(self) -> ArchiveLimits:
-        return ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB)
-
-    @property
     def is_native(self) -> bool:
         return self.agent is not None
 
@@ -360,7 +357,7 @@ class HarborBackend(Block):
             ),
             limits=Limits(
                 n_concurrent=self.n_concurrent, attempts=self.attempts, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
-                archive=self.archive_limits,
+                archive=ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB),
             ),
             bundle=BundleSource(wheel=self.bundle, code_dir=self.code_dir, bake=self.patch_dockerfile_with_sdk is not False) if self.has_bundle else None,
             trials_dir=self.trials_dir,

@@ -1,8 +1,9 @@
 """Configuration pieces shared by the blocks, the CLI and the trial runner.
 
-The backend configuration itself is the :class:`~prefect_harbor.blocks.HarborBackend`
-block; this module holds what it is made of and the rules it enforces, so that every
-configuration error names the field and the fix before any trial starts.
+The backend configuration is typed into the :class:`~prefect_harbor.blocks.HarborBackend`
+block and reaches the core as :class:`~prefect_harbor.spec.BackendSpec`; this module holds
+what the block is made of and the rules it enforces, so that every configuration error
+names the field and the fix before any trial starts.
 """
 
 from __future__ import annotations
