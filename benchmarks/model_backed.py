@@ -192,7 +192,7 @@ async def run_harbor(spec: dict) -> dict:
 
     from prefect_harbor.agents.native import native_agent_config
 
-    agent = native_agent_config("terminus-2", MODEL, endpoint(spec)).agent
+    agent = native_agent_config("terminus-2", MODEL, endpoint(spec).spec()).agent
     config = JobConfig(
         job_name="bench", jobs_dir=Path(spec["scratch"]) / "harbor-jobs", n_concurrent_trials=spec["concurrency"], quiet=True,
         retry=RetryConfig(max_retries=0), environment=EnvironmentConfig(import_path=IMPORT_PATH), agents=[agent],

@@ -10,7 +10,6 @@ from typing import Any, Literal
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
-from prefect_harbor.agents.bundles import BundleSpec, project_dir_for
 from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import (
     DEFAULT_MODEL_NAME,
@@ -24,6 +23,7 @@ from prefect_harbor.config import (
     own_verifier,
     reject_legacy_keywords,
 )
+from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
 from prefect_harbor.storage.archive import ArchiveLimits, MiB
 from prefect_harbor.trial import reward_key
 from prefect_harbor.trial.tampering import OnTampering
@@ -50,7 +50,8 @@ class HarborBackend(Block):
 
     Mirrors the constructor of Osmosis SDK v0.3's ``HarborBackend``; the rules it
     enforces are checked when the block is created, saved or loaded, and again when a
-    sweep starts, so a bad configuration fails before any trial.
+    sweep starts, so a bad configuration fails before any trial. A flow hands the core
+    :meth:`spec`, never the block.
     """
 
     _block_type_name = "Harbor Backend"
@@ -316,10 +317,6 @@ class HarborBackend(Block):
             raise ConfigurationError(f"tasks_dir: no task under {self.tasks_dir} has tests/test.sh and no grader is configured: there is no reward source.")
 
     @property
-    def archive_limits(self) -> ArchiveLimits:
-        return ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB)
-
-    @property
     def is_native(self) -> bool:
         return self.agent is not None
 
@@ -338,18 +335,34 @@ class HarborBackend(Block):
         """Whether the agent is an Osmosis AgentWorkflow run by the harness (not a native agent)."""
         return not self.is_native
 
-    def bundle_spec(self) -> BundleSpec | None:
-        """What to build into the bundle (None with a prebuilt ``bundle`` or when none is needed)."""
-        if self.bundle is not None or not self.has_bundle:
-            return None
-        workflow = self.workflow_agent
-        anchor = workflow or self.grader
-        assert anchor is not None
-        code_dir = self.code_dir or project_dir_for(anchor, "agent" if workflow else "grader")
-        return BundleSpec(
-            code_dir=code_dir, workflow=workflow, grader=self.grader,
-            workflow_config=self.workflow_config if workflow else None, grader_config=self.grader_config if self.grader else None,
-        )  # fmt: skip
+    def spec(self) -> BackendSpec:
+        """This configuration as the core takes it: resolved once, frozen, the agent a union (``prefect_harbor.spec``)."""
+        environment = self.environment
+        agent: NativeAgent | WorkflowAgent = (
+            NativeAgent(name=self.agent, options=self.native_agent_kwargs)  # type: ignore[arg-type]  # _agent_is_known checked the name
+            if self.agent is not None
+            else WorkflowAgent(workflow=self.workflow_agent, config=self.workflow_config)
+        )
+        return BackendSpec(
+            sources=Sources(tasks_dir=self.tasks_dir, mode=self.task_mode, **{k: tuple(v) for k, v in self.task_sources.model_dump().items()}),
+            agent=agent,
+            model=Model(name=self.model_name, endpoint=None if self.model_endpoint is None else self.model_endpoint.spec()),
+            environment=Environment(
+                type=environment.type, import_path=environment.import_path, kwargs=dict(environment.kwargs), force_build=self.force_build,
+                task_env_passthrough=tuple(self.task_env_passthrough),
+            ),
+            scoring=Scoring(
+                grader=self.grader, grader_config=self.grader_config, reward_key=self.reward_key, reward_range=self.reward_range, on_tampering=self.on_tampering,
+                verifier_isolation=self.verifier_isolation, verifier_artifacts=tuple(self.verifier_artifacts),
+            ),
+            limits=Limits(
+                n_concurrent=self.n_concurrent, attempts=self.attempts, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
+                archive=ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB),
+            ),
+            bundle=BundleSource(wheel=self.bundle, code_dir=self.code_dir, bake=self.patch_dockerfile_with_sdk is not False) if self.has_bundle else None,
+            trials_dir=self.trials_dir,
+            cleanup_successful_trials=self.cleanup_successful_trials,
+        )
 
     def revalidated(self) -> HarborBackend:
         """Check the configuration again against the filesystem as it is now."""

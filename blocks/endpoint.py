@@ -5,6 +5,8 @@ from __future__ import annotations
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
 
+from prefect_harbor.spec import Endpoint
+
 
 class ModelEndpoint(Block):
     """An OpenAI-compatible model endpoint; its API key is stored as a secret."""
@@ -24,3 +26,7 @@ class ModelEndpoint(Block):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"base_url: {value!r} is not an http(s) URL.")
         return value.rstrip("/")
+
+    def spec(self) -> Endpoint:
+        """The endpoint as the core takes it (``prefect_harbor.spec``)."""
+        return Endpoint(base_url=self.base_url, api_key=self.api_key, model=self.model)

@@ -28,6 +28,6 @@ async def build_bundle_flow(backend: HarborBackend | None = None, backend_block:
         get_run_logger().info(f"Agent {config.agent} needs no bundle (no workflow agent, no grader)")
         return None
     cache = cache_root()
-    spec = config.bundle_spec()
+    spec = config.spec().bundle_spec()
     bundle = inspect_bundle(config.bundle) if config.bundle is not None else build_workflow_bundle(spec, cache)
     return prepare_bundle_environment(bundle, spec, cache)

@@ -19,9 +19,9 @@ import logging
 
 import pyarrow as pa
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.run_folder import RunFolder
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.stats.compare import Comparison, compare_tables
 from prefect_harbor.stats.summary import summarize_table
 from prefect_harbor.storage.harbor_job import JOB_CONFIG, JOB_RESULT, finished_job, job_config, started_job, to_json
@@ -36,7 +36,7 @@ SUMMARY_FILE = "summary.json"
 Logger = logging.Logger | logging.LoggerAdapter
 
 
-async def open_job(folder: RunFolder, config: HarborBackend, trials: int, redactor: Redactor, logger: Logger) -> None:
+async def open_job(folder: RunFolder, config: BackendSpec, trials: int, redactor: Redactor, logger: Logger) -> None:
     """The run as a Harbor job from its start: ``config.json``, and ``result.json`` with ``trials`` to run."""
     try:
         configuration = to_json(job_config(config, folder.run_id, results_root(folder.store), model_for(config, None)))
@@ -46,11 +46,11 @@ async def open_job(folder: RunFolder, config: HarborBackend, trials: int, redact
         logger.warning(f"Could not write the run's Harbor job files (harbor view): {type(error).__name__}: {error}")
 
 
-async def close(folder: RunFolder, table: pa.Table, config: HarborBackend, summary: SweepSummary, logger: Logger) -> SweepSummary:
+async def close(folder: RunFolder, table: pa.Table, config: BackendSpec, summary: SweepSummary, logger: Logger) -> SweepSummary:
     """The summary with the run's statistics and comparison, kept in ``summary.json`` and the Harbor job's ``result.json``."""
     store = folder.store
     try:
-        statistics = await asyncio.to_thread(summarize_table, table, config.attempts)
+        statistics = await asyncio.to_thread(summarize_table, table, config.limits.attempts)
     except Exception as error:
         logger.warning(f"Could not compute the run's statistics: {type(error).__name__}: {error}")
         statistics = None
@@ -59,10 +59,10 @@ async def close(folder: RunFolder, table: pa.Table, config: HarborBackend, summa
         comparison = await compare_with_previous(folder, table, logger)
     except Exception as error:
         logger.warning(f"Could not compare with the previous sweep of this deployment: {type(error).__name__}: {error}")
-    summary = summary.model_copy(update={"attempts": config.attempts, "statistics": statistics, "comparison": comparison})
+    summary = summary.model_copy(update={"attempts": config.limits.attempts, "statistics": statistics, "comparison": comparison})
     try:
         await asyncio.to_thread(store.write_bytes, SUMMARY_FILE, summary.model_dump_json(indent=2).encode())
-        await asyncio.to_thread(store.write_bytes, JOB_RESULT, to_json(finished_job(folder.manifest, table, config.attempts)))
+        await asyncio.to_thread(store.write_bytes, JOB_RESULT, to_json(finished_job(folder.manifest, table, config.limits.attempts)))
     except Exception as error:
         logger.warning(f"Could not write {SUMMARY_FILE} or the Harbor job's {JOB_RESULT}: {type(error).__name__}: {error}")
     return summary

@@ -25,13 +25,13 @@ from prefect.futures import PrefectFuture
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks import Archiver, lane_task, run_trial, trial_and_archive
@@ -64,7 +64,7 @@ class LanePlan:
     batch_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, config: HarborBackend, storage: ResultsStorage | None, run_id: str, rows_to_run: int, rows_per_task_run: int | None) -> LanePlan:
+    def of(cls, config: BackendSpec, storage: ResultsStorage | None, run_id: str, rows_to_run: int, rows_per_task_run: int | None) -> LanePlan:
         """The plan for this flow run: its task runner, and the results storage when it is a saved block."""
         batch_options: dict[str, Any] = {}
         row_task = run_trial
@@ -75,10 +75,10 @@ class LanePlan:
             batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}-{{parameters[first].attempt}}.json")
             row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}-{{parameters[attempt]}}.json")
         return cls(
-            lanes=config.n_concurrent,
-            rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.n_concurrent),
+            lanes=config.limits.n_concurrent,
+            rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.limits.n_concurrent),
             distributed=not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner),
-            attempts=config.attempts,
+            attempts=config.limits.attempts,
             row_task=row_task,
             batch_options=batch_options,
         )
@@ -95,7 +95,7 @@ class LanePlan:
 class TrialRunner:
     """Runs one row's trial: inline, inside the lane's task run, or as its own task run on the distributed runner."""
 
-    config: HarborBackend
+    config: BackendSpec
     resolver: TaskResolver
     run: RunContext
     archiver: Archiver
@@ -236,7 +236,7 @@ class Lanes:
         return await asyncio.shield(self.recorder.record(result))
 
 
-def internal_error(unit: RowAttempt, error: Exception, config: HarborBackend) -> RowResult:
+def internal_error(unit: RowAttempt, error: Exception, config: BackendSpec) -> RowResult:
     """The result row of an attempt the sweep itself failed (a bug, or Prefect unable to run its task run)."""
     return base_result(unit.row, unit.index, config, unit.attempt).model_copy(
         update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}

@@ -15,6 +15,7 @@ from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.flows.bundle import build_bundle_flow
 from prefect_harbor.flows.configuration import check_process_budget, resolve_backend
 from prefect_harbor.rows.dataset import scan_dataset
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.tasks.prewarm import find_prewarmed, prewarm_trial
 from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
 from prefect_harbor.trial.row_trial import RunContext
@@ -22,12 +23,12 @@ from prefect_harbor.trial.row_trial import RunContext
 PREWARM_KEY = "prewarm-report"
 
 
-async def prewarm_all(config: HarborBackend, run: RunContext, task_ids: list[str] | None) -> list[PrewarmResult]:
+async def prewarm_all(config: BackendSpec, run: RunContext, task_ids: list[str] | None) -> list[PrewarmResult]:
     """Prewarm the selected tasks, ``n_concurrent`` at a time, and publish a per-task table.
 
     Tasks whose setup passed here before, with their images present, are found first in one
     task run and need no other; the rest get a ``prewarm`` task run each."""
-    slots = asyncio.Semaphore(config.n_concurrent)
+    slots = asyncio.Semaphore(config.limits.n_concurrent)
 
     async def one(target) -> PrewarmResult:
         async with slots:
@@ -35,7 +36,7 @@ async def prewarm_all(config: HarborBackend, run: RunContext, task_ids: list[str
 
     targets = prewarm_targets(config, task_ids)
     known = [t for t in targets if not isinstance(t, str)]
-    results = [unknown_task(t, config.tasks_dir) for t in targets if isinstance(t, str)]
+    results = [unknown_task(t, config.sources.tasks_dir) for t in targets if isinstance(t, str)]
     for unknown in results:
         get_run_logger().error(f"Prewarm of {unknown.task} failed: {unknown.error}")
     ready = await find_prewarmed(known, config, run) if known and remembers_setups(config) else {}
@@ -69,7 +70,7 @@ async def prewarm_flow(
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     selected = sorted({*(task_ids or []), *(scan_dataset(dataset).task_ids if dataset else [])})
     run = RunContext(run_id=f"prewarm-{uuid.uuid4().hex[:8]}", trials_dir=Path(config.trials_dir).expanduser().resolve() / "prewarm", bundle=bundle, mounts=mounts)
-    results = await prewarm_all(config, run, selected)
+    results = await prewarm_all(config.spec(), run, selected)
     failed = [r.task for r in results if not r.ok]
     reused = sum(r.reused for r in results)
     logger.info(f"Prewarm: {len(results) - len(failed)}/{len(results)} tasks ready ({reused} set up before on this host)" + (f"; failed: {', '.join(failed)}" if failed else ""))

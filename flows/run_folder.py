@@ -18,11 +18,11 @@ from typing import Any
 from prefect.context import get_run_context
 
 from prefect_harbor.agents.harness import BundleRuntime
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.flows.cancellation import mark_crashed
 from prefect_harbor.flows.selection import prepare_resume
 from prefect_harbor.rows.dataset import DatasetInfo
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import HEARTBEAT_FILE, HEARTBEAT_SECONDS, Heartbeat, find_stale_runs
 from prefect_harbor.storage.manifest import RunManifest, now, package_versions
 from prefect_harbor.storage.results import RowResult
@@ -74,7 +74,7 @@ class RunFolder:
 
     @classmethod
     async def open(
-        cls, config: HarborBackend, storage: ResultsStorage | None, results: str, resume: str | None, rerun_failed: str | None,
+        cls, config: BackendSpec, storage: ResultsStorage | None, results: str, resume: str | None, rerun_failed: str | None,
         bundle: BundleRuntime | None, mounts: tuple[dict, ...], logger: logging.Logger | logging.LoggerAdapter,
     ) -> RunFolder:  # fmt: skip
         """A new run folder, or ``resume``'s (a Prefect Retry's own), checked writable; dead runs under its root marked Crashed."""

@@ -51,6 +51,7 @@ from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sandbox.proxy import proxy_secrets
 from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
@@ -111,28 +112,29 @@ async def evaluation_sweep(
     """
     logger = get_run_logger()
     config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger, attempts)
-    await remove_orphaned_containers(config, logger)
+    spec = config.spec()  # what every step below takes; the block itself stays for the subflow and the manifest
+    await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
-        folder = await RunFolder.open(config, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
-        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, config.attempts)
+        folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
+        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
         tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked)
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
-            await figures.open_job(folder, config, selection.units, runtimes.redactor, logger)
-            run = await prewarm_tasks(config, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
-            plan = LanePlan.of(config, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
-            archiver = Archiver(backend=config, store=folder.store, run=run, redactor=runtimes.redactor)
+            await figures.open_job(folder, spec, selection.units, runtimes.redactor, logger)
+            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
+            plan = LanePlan.of(spec, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
+            archiver = Archiver(backend=spec, store=folder.store, run=run, redactor=runtimes.redactor)
             views = Progress(selection.units), RowsTable(tally, selection.units)
             recorder = Recorder(folder.store, archiver, runtimes.redactor, *views, tally, logger)
             await recorder.start()
-            announce(config, folder, selection, plan, logger)
-            trials = TrialRunner(config, TaskResolver(config, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
+            announce(spec, folder, selection, plan, logger)
+            trials = TrialRunner(spec, TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
             channel = ControlChannel(folder.store, tracker, logger)
             scope = await run_lanes(plan, trials, selection, kept, recorder, channel, logger)
-            summary = await finalize(folder, recorder, channel, config, logger, stopped=scope.requested.is_set())
+            summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set())
         except BaseException as error:
             await folder.fail(error, tally.rows)
             raise
@@ -184,7 +186,7 @@ async def tag_run(tags: list[str], logger: Logger) -> None:
         logger.debug(f"Could not tag the flow run: {error}")
 
 
-async def remove_orphaned_containers(config: HarborBackend, logger: Logger) -> None:
+async def remove_orphaned_containers(config: BackendSpec, logger: Logger) -> None:
     """Containers of runs whose process died go before this run starts any (the local sandbox's own)."""
     if config.environment.is_local_sandbox:
         for reaped in await asyncio.to_thread(reap_orphans):
@@ -217,20 +219,20 @@ def count_kept(kept: dict[tuple[int, int], RowResult], tally: RunTally, tracker:
     return frozenset(kept)
 
 
-async def prewarm_tasks(config: HarborBackend, folder: RunFolder, task_ids: list[str], redactor: Redactor) -> RunContext:
+async def prewarm_tasks(config: BackendSpec, folder: RunFolder, task_ids: list[str], redactor: Redactor) -> RunContext:
     """Set up each selected task once; the run context that fails the rows of a task whose prewarm failed."""
     prewarmed = await prewarm_all(config, folder.run, task_ids)
     await asyncio.to_thread(archive_build_logs, folder.store, prewarmed, redactor)
     return dataclasses.replace(folder.run, prewarm_failures={r.task: r.error or "prewarm failed" for r in prewarmed if not r.ok})
 
 
-def announce(config: HarborBackend, folder: RunFolder, selection: Selection, plan: LanePlan, logger: Logger) -> None:
+def announce(config: BackendSpec, folder: RunFolder, selection: Selection, plan: LanePlan, logger: Logger) -> None:
     """The sweep's opening line, and where its rows run."""
     info = selection.info
-    attempts = f" × {config.attempts} attempts" if config.attempts > 1 else ""
+    attempts = f" × {config.limits.attempts} attempts" if config.limits.attempts > 1 else ""
     logger.info(
-        f"Sweep {folder.run_id}: {info.rows} rows{attempts} from {selection.dataset} ({info.problems} unusable), {config.task_mode} mode, "
-        f"agent {config.agent_spec}, {config.n_concurrent} at a time; results under {folder.store.uri()}"
+        f"Sweep {folder.run_id}: {info.rows} rows{attempts} from {selection.dataset} ({info.problems} unusable), {config.sources.mode} mode, "
+        f"agent {config.agent_name}, {config.limits.n_concurrent} at a time; results under {folder.store.uri()}"
     )
     plan.announce(logger)
 
@@ -252,7 +254,7 @@ async def run_lanes(
     return scope
 
 
-async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChannel, config: HarborBackend, logger: Logger, stopped: bool) -> SweepSummary:
+async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChannel, config: BackendSpec, logger: Logger, stopped: bool) -> SweepSummary:
     """The results table compacted, the final row status and manifest written; the run's summary, with its statistics (``summary.json``)."""
     results_uri, table = await asyncio.to_thread(folder.store.compact)
     state = "Cancelled" if stopped else "Completed"

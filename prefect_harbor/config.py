@@ -1,15 +1,16 @@
 """Configuration pieces shared by the blocks, the CLI and the trial runner.
 
-The backend configuration itself is the :class:`~prefect_harbor.blocks.HarborBackend`
-block; this module holds what it is made of and the rules it enforces, so that every
-configuration error names the field and the fix before any trial starts.
+The backend configuration is typed into the :class:`~prefect_harbor.blocks.HarborBackend`
+block and reaches the core as :class:`~prefect_harbor.spec.BackendSpec`; this module holds
+what the block is made of and the rules it enforces, so that every configuration error
+names the field and the fix before any trial starts.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from harbor.models.environment_type import EnvironmentType
 from harbor.models.task.config import TaskConfig
@@ -24,7 +25,8 @@ TaskMode = Literal["template", "dataset"]
 #: Harbor's own per-trial log lines on the console; they are always in each trial's trial.log.
 VERBOSE_VARIABLE = "PREFECT_HARBOR_VERBOSE"
 #: The native Harbor agents the Osmosis backend binds by name.
-NATIVE_AGENTS = ("terminus-2", "mini-swe-agent", "oracle")
+NativeAgentName = Literal["terminus-2", "mini-swe-agent", "oracle"]
+NATIVE_AGENTS: tuple[str, ...] = get_args(NativeAgentName)
 #: Native agents that call a model, and so need a model endpoint.
 MODEL_AGENTS = ("terminus-2", "mini-swe-agent")
 #: Harbor's own environment types (docker, daytona, modal, e2b, skypilot, ...).

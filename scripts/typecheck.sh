@@ -16,4 +16,4 @@ cd "$tree"
 MYPYPATH="$tree" exec "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache" \
     --python-executable "$root/.venv/bin/python" \
     -p prefect_harbor.sandbox -p prefect_harbor.trial -p prefect_harbor.rows -p prefect_harbor.storage \
-    -p prefect_harbor.agents -p prefect_harbor.config -p prefect_harbor.secrets -p prefect_harbor.outcome "$@"
+    -p prefect_harbor.agents -p prefect_harbor.config -p prefect_harbor.spec -p prefect_harbor.secrets -p prefect_harbor.outcome "$@"

@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.archive import ArchiveReport, archive_row
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
@@ -23,7 +23,7 @@ from prefect_harbor.trial.row_trial import RunContext, release_trial
 class Archiver:
     """Everything archiving needs that is the same for every row of a run."""
 
-    backend: HarborBackend
+    backend: BackendSpec
     store: RunStore
     run: RunContext
     redactor: Redactor
@@ -38,7 +38,7 @@ class Archiver:
         result = self.redactor.model(result)
         trial_dir = Path(result.trial_dir) if result.trial_dir else None
         try:
-            report = archive_row(result, trial_dir, self.store, self.redactor, self.backend.archive_limits)
+            report = archive_row(result, trial_dir, self.store, self.redactor, self.backend.limits.archive)
         except Exception as error:  # storage, disk or a bug: the row's reward is not the archive's to lose
             report = ArchiveReport(uri=None, error=self.redactor.text(f"archiving failed: {type(error).__name__}: {error}"))
         if report.error:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.rows.sources import ResolvedTask
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_task, set_up_before
 from prefect_harbor.trial.row_trial import RunContext
 
 
 @task(name="prewarm-trial", task_run_name="prewarm {task.name}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-async def prewarm_trial(task: ResolvedTask, backend: HarborBackend, run: RunContext) -> PrewarmResult:
+async def prewarm_trial(task: ResolvedTask, backend: BackendSpec, run: RunContext) -> PrewarmResult:
     """Set the task's environment and agent up once, with no credentials and no verifier."""
     logger = get_run_logger()
     result = await prewarm_task(task, backend, run, logger)
@@ -26,7 +26,7 @@ async def prewarm_trial(task: ResolvedTask, backend: HarborBackend, run: RunCont
 
 
 @task(name="find-prewarmed", task_run_name="find tasks set up before", retries=0, cache_policy=NO_CACHE, persist_result=False)
-async def find_prewarmed(tasks: list[ResolvedTask], backend: HarborBackend, run: RunContext) -> dict[str, PrewarmResult]:
+async def find_prewarmed(tasks: list[ResolvedTask], backend: BackendSpec, run: RunContext) -> dict[str, PrewarmResult]:
     """The tasks with nothing left to set up on this host: one task run for all of them."""
     logger = get_run_logger()
     found = await set_up_before(tasks, backend, run, logger)

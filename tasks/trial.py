@@ -28,12 +28,12 @@ from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Cancelled, Completed, Failed, State
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.outcome import Counts, describe, figure, row_line, state_name
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks.archive import Archiver
 from prefect_harbor.trial.outcome import verifier_output
@@ -50,7 +50,7 @@ RunOne = Callable[["RowAttempt"], Awaitable[RowResult]]
 
 
 async def trial_and_archive(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
+    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: BackendSpec, resolver: TaskResolver, run: RunContext,
     archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
     quiet_success: bool = False,
 ) -> RowResult:  # fmt: skip
@@ -120,7 +120,7 @@ def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
 
 @task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
 async def run_trial(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver, run: RunContext,
+    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: BackendSpec, resolver: TaskResolver, run: RunContext,
     archiver: Archiver, attempt: int = 1,
 ) -> State:  # fmt: skip
     """One attempt at a row as its own task run, for a distributed task runner: its arguments travel to the worker."""

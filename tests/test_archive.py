@@ -228,7 +228,7 @@ def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
         raise MemoryError()
 
     monkeypatch.setattr("prefect_harbor.tasks.archive.archive_row", out_of_memory)
-    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials")).spec()
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
     archiver = Archiver(backend=backend, store=store, run=RunContext(run_id="run", trials_dir=tmp_path / "trials"), redactor=REDACTOR)
     row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success", reward=1.0, trial_dir=str(trial_tree(tmp_path)))

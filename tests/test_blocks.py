@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint, ResultsStorage
 from prefect_harbor.config import LEGACY_KEYWORDS, TaskSourcePolicy, TrialEnvironment
 from prefect_harbor.sandbox import IMPORT_PATH
+from prefect_harbor.spec import NativeAgent, WorkflowAgent
 
 TEMPLATE = EXAMPLE_TASKS / "reward-txt"
 
@@ -104,6 +105,18 @@ def test_osmosis_agent_keyword_still_takes_a_workflow_import_path():
     assert (backend.agent, backend.workflow_agent, backend.agent_spec) == (None, "pkg.mod:Workflow", "pkg.mod:Workflow")
     assert backend.is_workflow and backend.has_bundle
     assert HarborBackend.model_validate(backend.model_dump()).workflow_agent == "pkg.mod:Workflow"
+
+
+def test_the_block_resolves_to_a_frozen_spec_whose_agent_is_native_or_a_workflow():
+    """What the core takes: the flat form's agent fields become one of two kinds, and nothing can change it afterwards."""
+    native = HarborBackend(tasks_dir=TEMPLATE, agent="oracle", native_agent_kwargs={"k": 1}, archive_max_file_mb=2).spec()
+    assert isinstance(native.agent, NativeAgent) and (native.agent.name, native.agent.options, native.agent_name) == ("oracle", {"k": 1}, "oracle")
+    assert native.bundle is None and native.limits.archive.file_bytes == 2 * 1024 * 1024
+    workflow = HarborBackend(tasks_dir=TEMPLATE, agent="pkg.mod:Workflow", workflow_config="pkg.mod:CONFIG", patch_dockerfile_with_sdk=False).spec()
+    assert isinstance(workflow.agent, WorkflowAgent) and (workflow.agent.workflow, workflow.agent.config) == ("pkg.mod:Workflow", "pkg.mod:CONFIG")
+    assert workflow.bundle is not None and not workflow.bundle.bake and workflow.sources.mode == "template"
+    with pytest.raises(ValidationError, match="frozen"):
+        workflow.limits.n_concurrent = 8  # type: ignore[misc]
 
 
 def test_a_native_agent_and_a_workflow_agent_together_are_refused():

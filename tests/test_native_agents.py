@@ -18,17 +18,17 @@ from prefect_harbor.agents.native import (
 )
 from prefect_harbor.agents.prepared_mini_swe_agent import PreparedMiniSweAgent
 from prefect_harbor.agents.pyenvs import PreparedEnv
-from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
 from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
+from prefect_harbor.spec import Endpoint
 
 KEY = "sk-unit-test-key"
 URL = "http://127.0.0.1:9999/v1"
 
 
 @pytest.fixture
-def endpoint() -> ModelEndpoint:
-    return ModelEndpoint(base_url=URL, api_key=SecretStr(KEY))
+def endpoint() -> Endpoint:
+    return Endpoint(base_url=URL, api_key=SecretStr(KEY))
 
 
 @pytest.fixture
@@ -152,15 +152,15 @@ def test_model_names_without_a_litellm_provider_get_openai(given, wired):
 
 
 def test_model_falls_back_to_the_endpoint_model_then_the_osmosis_default():
-    with_model = ModelEndpoint(base_url=URL, api_key=SecretStr(KEY), model="served-model")
+    with_model = Endpoint(base_url=URL, api_key=SecretStr(KEY), model="served-model")
     assert native_agent_config("terminus-2", None, with_model, {}).agent.model_name == "openai/served-model"
     assert native_agent_config("terminus-2", "row-model", with_model, {}).agent.model_name == "openai/row-model"
-    assert native_agent_config("terminus-2", None, ModelEndpoint(base_url=URL), {}).agent.model_name == DEFAULT_MODEL_NAME
+    assert native_agent_config("terminus-2", None, Endpoint(base_url=URL), {}).agent.model_name == DEFAULT_MODEL_NAME
 
 
 def test_an_endpoint_without_a_key_gets_a_placeholder_that_is_not_a_secret(prepared):
     for key in (None, SecretStr("")):
-        keyless = ModelEndpoint(base_url=URL, api_key=key)
+        keyless = Endpoint(base_url=URL, api_key=key)
         terminus = native_agent_config("terminus-2", "m", keyless, {})
         assert terminus.agent.kwargs["llm_kwargs"]["api_key"] == NO_API_KEY and terminus.secrets == []
         mini = native_agent_config("mini-swe-agent", "m", keyless, {}, prepared=prepared)
@@ -179,7 +179,7 @@ def test_missing_endpoint_is_refused(agent, prepared):
 @pytest.mark.parametrize("agent", ["terminus-2", "mini-swe-agent"])
 @pytest.mark.parametrize("url", ["", "   "])
 def test_empty_endpoint_is_refused(agent, url, prepared):
-    empty = ModelEndpoint.model_construct(base_url=url, api_key=SecretStr(KEY), model=None)
+    empty = Endpoint.model_construct(base_url=url, api_key=SecretStr(KEY), model=None)
     with pytest.raises(ConfigurationError, match="cannot be wired to an empty model endpoint"):
         native_agent_config(agent, "m", empty, {}, prepared=prepared)
 

@@ -36,11 +36,11 @@ LOG = logging.getLogger("test")
 
 
 def dataset_backend(**kwargs):
-    return HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", **kwargs)
+    return HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", **kwargs).spec()
 
 
 def template_backend(task="reward-txt", **kwargs):
-    return HarborBackend(tasks_dir=EXAMPLE_TASKS / task, task_mode="template", agent="oracle", **kwargs)
+    return HarborBackend(tasks_dir=EXAMPLE_TASKS / task, task_mode="template", agent="oracle", **kwargs).spec()
 
 
 def a_task(tmp_path, instruction=True, tests=True):
@@ -57,7 +57,7 @@ def a_task(tmp_path, instruction=True, tests=True):
 async def test_dataset_mode_selects_the_task_and_keeps_its_instruction(tmp_path):
     backend = dataset_backend()
     row = DatasetRow(id="r", prompt="ignored in dataset mode", metadata={"harbor_task_id": "reward-txt"})
-    task = await TaskResolver(backend, tmp_path).resolve(row)
+    task = await TaskResolver(backend.sources, tmp_path).resolve(row)
     path = prepare_task(row, backend, task, tmp_path / "copy", LOG)
     assert task.name == "reward-txt"
     assert (path / "instruction.md").read_text() == (EXAMPLE_TASKS / "reward-txt" / "instruction.md").read_text()
@@ -67,18 +67,18 @@ async def test_dataset_mode_selects_the_task_and_keeps_its_instruction(tmp_path)
 async def test_dataset_mode_refuses_ids_outside_the_root_or_missing(tmp_path, task_id):
     row = DatasetRow(id="r", metadata={"harbor_task_id": task_id})
     with pytest.raises(RowRejected, match="unknown harbor task id"):
-        await TaskResolver(dataset_backend(), tmp_path).resolve(row)
+        await TaskResolver(dataset_backend().sources, tmp_path).resolve(row)
 
 
 async def test_dataset_mode_needs_a_task_id(tmp_path):
     with pytest.raises(RowRejected, match="needs metadata.harbor_task_id"):
-        await TaskResolver(dataset_backend(), tmp_path).resolve(DatasetRow(id="r"))
+        await TaskResolver(dataset_backend().sources, tmp_path).resolve(DatasetRow(id="r"))
 
 
 def test_template_mode_writes_the_prompt_exactly_as_osmosis(tmp_path):
     backend = template_backend()
     messages = [{"role": "user", "content": "Schreib «hallo»"}]
-    task = ResolvedTask(name="reward-txt", path=backend.tasks_dir)
+    task = ResolvedTask(name="reward-txt", path=backend.sources.tasks_dir)
     path = prepare_task(DatasetRow(id="r", prompt=messages), backend, task, tmp_path / "copy", LOG)
     assert (path / "instruction.md").read_text() == json.dumps(messages, default=str)
     assert "\\u00ab" in (path / "instruction.md").read_text()  # ASCII-escaped, one line
@@ -86,7 +86,7 @@ def test_template_mode_writes_the_prompt_exactly_as_osmosis(tmp_path):
 
 def test_template_mode_without_prompt_or_instruction_fails_the_row(tmp_path):
     task = a_task(tmp_path, instruction=False)
-    backend = HarborBackend(tasks_dir=task, agent="oracle")
+    backend = HarborBackend(tasks_dir=task, agent="oracle").spec()
     with pytest.raises(RowRejected, match="task task has no instruction and no prompt"):
         prepare_task(DatasetRow(id="r"), backend, ResolvedTask("task", task), tmp_path / "copy", LOG)
 
@@ -115,8 +115,8 @@ def test_tasks_with_symlinks_are_refused(tmp_path):
 def test_harbor_model_overrides_the_model_for_native_agents_only():
     row = DatasetRow(id="r", metadata={"harbor_model": "openai/other"})
     endpoint = ModelEndpoint(base_url="http://127.0.0.1:9/v1")
-    native = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="terminus-2", model_endpoint=endpoint)
-    workflow = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow")
+    native = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="terminus-2", model_endpoint=endpoint).spec()
+    workflow = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", agent="pkg.mod:Workflow").spec()
     assert model_for(native, row) == "openai/other"
     assert model_for(workflow, row) == "openai/osmosis-rollout"
     assert model_for(template_backend(), row) is None  # oracle needs no model
@@ -236,7 +236,7 @@ def test_patch_dockerfile_with_sdk_bakes_the_bundle_environment_instead_of_mount
     wheel = tmp_path / "pkg-0.1-py3-none-any.whl"
     wheel.write_bytes(b"")
     run = RunContext(run_id="r", trials_dir=tmp_path / "trials", bundle=BundleRuntime(Bundle(wheel, "pkg-agent", "pkg-grade", ()), env))
-    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template", agent="pkg.mod:Workflow", patch_dockerfile_with_sdk=patch)
+    backend = HarborBackend(tasks_dir=EXAMPLE_TASKS / "reward-txt", task_mode="template", agent="pkg.mod:Workflow", patch_dockerfile_with_sdk=patch).spec()
     row = DatasetRow(id="r1", prompt=[{"role": "user", "content": "hi"}])
     config = build_trial_config(backend, row, EXAMPLE_TASKS / "reward-txt", run, "r1__x")
     mounted = {m["target"] for m in config.environment.mounts or []}

@@ -40,9 +40,9 @@ import yaml
 from harbor.models.trial.config import AgentConfig
 
 from prefect_harbor.agents.pyenvs import PreparedEnv, cache_root, prepare_env
-from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.config import DEFAULT_MODEL_NAME, NATIVE_AGENTS, ConfigurationError
 from prefect_harbor.sandbox.network import reachable_from_sandbox
+from prefect_harbor.spec import Endpoint
 
 #: The mini-swe-agent release the prepared environment holds: a 2.x (harbor 0.25 drives
 #: mini-swe-agent v2: ``-c`` spec lists, tool-call trajectories), checked with harbor's runner.
@@ -74,7 +74,7 @@ class NativeAgentSetup:
 def native_agent_config(
     agent: str,
     model_name: str | None,
-    endpoint: ModelEndpoint | None,
+    endpoint: Endpoint | None,
     user_kwargs: dict[str, Any] | None = None,
     *,
     prepared: PreparedEnv | None = None,
@@ -102,7 +102,7 @@ def native_agent_config(
     return NativeAgentSetup(agent=_mini_swe_agent_config(model, url, key, kwargs, env), mounts=env.mounts(), secrets=secrets)
 
 
-def _endpoint_parts(agent: str, endpoint: ModelEndpoint | None) -> tuple[str, str]:
+def _endpoint_parts(agent: str, endpoint: Endpoint | None) -> tuple[str, str]:
     fix = "give the sweep a model endpoint (--model-endpoint BLOCK, or --model-base-url URL --model-api-key-env VAR)"
     if endpoint is None:
         raise ConfigurationError(f"agent: {agent} needs a model endpoint and none is configured; {fix}.")

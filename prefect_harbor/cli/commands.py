@@ -162,7 +162,7 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
     try:
         endpoint = endpoint_from_flags(**endpoint_flags)
         backend = HarborBackend(tasks_dir=tasks_dir, task_mode=mode, agent=agent, grader=grader, model_endpoint=endpoint, **flags)
-        spec = backend.bundle_spec()
+        spec = backend.spec().bundle_spec()
         if spec is not None:
             check_project(spec)  # the rest (build, imports) is the flow's first step
         return backend
@@ -286,7 +286,7 @@ def check(
     if tasks_dir is not None or backend_block is not None:
         backend = load_backend(backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir if ":" in agent else None, force_build=force_build or None)
         console.print(f"[green]configuration OK[/]: {backend.task_mode} mode, tasks_dir {backend.tasks_dir}, agent {backend.agent_spec}", soft_wrap=True)
-        problems += check_tasks_of(backend, dataset, console)
+        problems += check_tasks_of(backend.spec(), dataset, console)
         scanned = code_dir or backend.code_dir
     elif code_dir is None:
         raise fail("give --tasks-dir (with --mode/--agent) or --backend-block NAME to check a configuration, and/or --code-dir DIR to scan a rollout project")

@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import RowRejected, TaskResolver
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.images import BaseNotMadeError, ImageSource
+from prefect_harbor.spec import BackendSpec
 from prefect_harbor.trial.row_trial import task_environment_kwargs, validate_task
 
 logger = logging.getLogger(__name__)
@@ -40,13 +40,13 @@ class TaskReport:
     image: str | None = None
 
 
-def task_rows(backend: HarborBackend, rows: Iterable[DatasetRow | RowProblem] | None) -> dict[str, list[DatasetRow | RowProblem]]:
+def task_rows(backend: BackendSpec, rows: Iterable[DatasetRow | RowProblem] | None) -> dict[str, list[DatasetRow | RowProblem]]:
     """Rows grouped by the task they name; without a dataset, one stand-in row per task of ``tasks_dir``."""
     if rows is None:
-        if backend.task_mode == "template":
-            rows = [DatasetRow(id=backend.tasks_dir.name)]
+        if backend.sources.mode == "template":
+            rows = [DatasetRow(id=backend.sources.tasks_dir.name)]
         else:
-            names = sorted(child.name for child in backend.tasks_dir.iterdir() if (child / "task.toml").is_file())
+            names = sorted(child.name for child in backend.sources.tasks_dir.iterdir() if (child / "task.toml").is_file())
             rows = [DatasetRow(id=name, metadata={"harbor_task_id": name}) for name in names]
     groups: dict[str, list[DatasetRow | RowProblem]] = {}
     for row in rows:
@@ -54,24 +54,24 @@ def task_rows(backend: HarborBackend, rows: Iterable[DatasetRow | RowProblem] | 
     return dict(sorted(groups.items()))
 
 
-def _named_task(row: DatasetRow | RowProblem, backend: HarborBackend) -> str:
+def _named_task(row: DatasetRow | RowProblem, backend: BackendSpec) -> str:
     if isinstance(row, RowProblem):
         return "(unreadable rows)"
     if ref := row.metadata.get("harbor_task"):
         return str(ref)
-    if backend.task_mode == "template":
-        return backend.tasks_dir.name
+    if backend.sources.mode == "template":
+        return backend.sources.tasks_dir.name
     return row.task_id or "(no harbor_task_id)"
 
 
-async def check_tasks(backend: HarborBackend, groups: dict[str, list[DatasetRow | RowProblem]], counted: bool) -> list[TaskReport]:
+async def check_tasks(backend: BackendSpec, groups: dict[str, list[DatasetRow | RowProblem]], counted: bool) -> list[TaskReport]:
     """One report per task; remote tasks are fetched (as the sweep would) into a folder removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="prefect-harbor-check-") as cache:
-        resolver = TaskResolver(backend, Path(cache), logger)
+        resolver = TaskResolver(backend.sources, Path(cache), logger)
         return [await _check(backend, resolver, name, rows, counted) for name, rows in groups.items()]
 
 
-async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows: list[DatasetRow | RowProblem], counted: bool) -> TaskReport:
+async def _check(backend: BackendSpec, resolver: TaskResolver, name: str, rows: list[DatasetRow | RowProblem], counted: bool) -> TaskReport:
     report = TaskReport(task=name, rows=len(rows) if counted else None)
     row = rows[0]
     if isinstance(row, RowProblem):
@@ -82,9 +82,9 @@ async def _check(backend: HarborBackend, resolver: TaskResolver, name: str, rows
         task = await resolver.resolve(row)
         report.reward_source = validate_task(task, backend)
         if not backend.environment.is_local_sandbox:
-            report.note = f"environment {backend.environment.type or backend.environment.import_path}: its image is not checked here"
+            report.note = f"environment {backend.environment.label}: its image is not checked here"
             return report
-        prepared = await prepare_task_image(task.path, task_environment_kwargs(backend), logger, build=False, force_build=backend.force_build)
+        prepared = await prepare_task_image(task.path, task_environment_kwargs(backend), logger, build=False, force_build=backend.environment.force_build)
         report.image = image_plan(prepared.source, pull)
     except BaseNotMadeError as error:
         report.note = str(error)

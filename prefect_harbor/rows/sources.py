@@ -4,7 +4,7 @@
 package ``org/name[@ref]``, or a path inside a git repository (``metadata.git_url``
 pinned by ``metadata.git_commit_id``), parsed exactly as the Osmosis backend does.
 Rows are data, not code, so a dynamic source is honoured only as far as the backend's
-:class:`~prefect_harbor.config.TaskSourcePolicy` allows; remote sources are fetched with
+task source policy (:class:`~prefect_harbor.spec.Sources`) allows; remote sources are fetched with
 Harbor's own ``TaskClient``, once per reference per run, shared by concurrent rows.
 """
 
@@ -23,7 +23,7 @@ from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.rows.terminal_bench import as_harbor_task, is_terminal_bench_task
 
 if TYPE_CHECKING:
-    from prefect_harbor.blocks.backend import HarborBackend
+    from prefect_harbor.spec import Sources
     from prefect_harbor.storage.results import ErrorCategory
 
 type TaskRef = GitTaskId | LocalTaskId | PackageTaskId
@@ -80,7 +80,7 @@ def task_dir_under(root: Path, task_id: str) -> Path | None:
     return as_harbor_task(path) if is_terminal_bench_task(path) else path
 
 
-def declared_task(row: DatasetRow, backend: HarborBackend) -> str | None:
+def declared_task(row: DatasetRow, sources: Sources) -> str | None:
     """The task a row names, before anything is resolved or fetched: what its result shows
     whatever happens to it (cancelled before it started included)."""
     ref = row.metadata.get("harbor_task")
@@ -90,14 +90,14 @@ def declared_task(row: DatasetRow, backend: HarborBackend) -> str | None:
         except RowRejected:
             return str(ref)
         return task_ref.get_name() if isinstance(task_ref, PackageTaskId) else Path(str(ref)).name
-    return backend.tasks_dir.name if backend.task_mode == "template" else row.task_id
+    return sources.tasks_dir.name if sources.mode == "template" else row.task_id
 
 
 class TaskResolver:
     """Resolves rows to task directories for one sweep run."""
 
-    def __init__(self, backend: HarborBackend, cache_dir: Path, logger: logging.Logger | logging.LoggerAdapter | None = None):
-        self.backend = backend
+    def __init__(self, sources: Sources, cache_dir: Path, logger: logging.Logger | logging.LoggerAdapter | None = None):
+        self.sources = sources
         self.cache_dir = cache_dir
         self.logger = logger or logging.getLogger(__name__)
         self._fetches: dict[str, asyncio.Task[Path]] = {}
@@ -115,25 +115,25 @@ class TaskResolver:
         ref = row.metadata.get("harbor_task")
         if ref:
             return await self._resolve_dynamic(str(ref), row.metadata)
-        if self.backend.task_mode == "template":
-            return ResolvedTask(name=self.backend.tasks_dir.name, path=self.backend.tasks_dir)
+        if self.sources.mode == "template":
+            return ResolvedTask(name=self.sources.tasks_dir.name, path=self.sources.tasks_dir)
         task_id = row.task_id
         if not task_id:
             raise RowRejected("dataset mode needs metadata.harbor_task_id (a task directory under tasks_dir) or metadata.harbor_task")
-        path = task_dir_under(self.backend.tasks_dir, task_id)
+        path = task_dir_under(self.sources.tasks_dir, task_id)
         if path is None:
-            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {self.backend.tasks_dir})")
+            raise RowRejected(f"unknown harbor task id {task_id!r} (no such directory under {self.sources.tasks_dir})")
         return ResolvedTask(name=task_id, path=path)
 
     async def _resolve_dynamic(self, ref: str, metadata: dict) -> ResolvedTask:
         task_ref, warnings = parse_task_ref(ref, metadata)
         for warning in warnings:
             self.logger.warning(warning)
-        policy = self.backend.task_sources
+        policy = self.sources
         match task_ref:
             case LocalTaskId(path=path):
                 path = path.resolve()
-                roots = [self.backend.tasks_dir, *(Path(r).expanduser().resolve() for r in policy.allowed_local_roots)]
+                roots = [self.sources.tasks_dir, *(Path(r).expanduser().resolve() for r in policy.allowed_local_roots)]
                 if not any(path.is_relative_to(root) for root in roots):
                     raise RowRejected(
                         f"metadata.harbor_task: local path {path} is refused by the task source policy "

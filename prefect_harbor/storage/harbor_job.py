@@ -30,7 +30,7 @@ from prefect_harbor.stats.summary import summarize
 from prefect_harbor.storage.manifest import RunManifest, now
 
 if TYPE_CHECKING:
-    from prefect_harbor.blocks.backend import HarborBackend
+    from prefect_harbor.spec import BackendSpec
 
 JOB_CONFIG = "config.json"
 JOB_RESULT = "result.json"
@@ -41,15 +41,15 @@ COLUMNS = ("row_id", "attempt", "agent", "model", "status", "reward", "rewards",
            "input_tokens", "cached_tokens", "output_tokens", "cost_usd")  # fmt: skip
 
 
-def job_config(config: HarborBackend, run_id: str, root: str, model: str | None) -> JobConfig:
+def job_config(config: BackendSpec, run_id: str, root: str, model: str | None) -> JobConfig:
     """The sweep as Harbor's job configuration: its agent and model, trials at once, attempts, environment and tasks."""
     environment = config.environment
-    tasks = Path(config.tasks_dir)
+    tasks, mode = config.sources.tasks_dir, config.sources.mode
     return JobConfig(
-        job_name=run_id, jobs_dir=Path(root.removeprefix("file://")) if "://" not in root.removeprefix("file://") else Path("jobs"), n_attempts=config.attempts,
-        n_concurrent_trials=config.n_concurrent, agents=[AgentConfig(name=config.agent_spec, model_name=model)],
+        job_name=run_id, jobs_dir=Path(root.removeprefix("file://")) if "://" not in root.removeprefix("file://") else Path("jobs"), n_attempts=config.limits.attempts,
+        n_concurrent_trials=config.limits.n_concurrent, agents=[AgentConfig(name=config.agent_name, model_name=model)],
         environment=EnvironmentConfig(type=environment.type, import_path=environment.import_path, kwargs=dict(environment.kwargs)),
-        datasets=[DatasetConfig(path=tasks)] if config.task_mode == "dataset" else [], tasks=[TaskConfig(path=tasks)] if config.task_mode == "template" else [],
+        datasets=[DatasetConfig(path=tasks)] if mode == "dataset" else [], tasks=[TaskConfig(path=tasks)] if mode == "template" else [],
     )  # fmt: skip
 
 

@@ -27,16 +27,15 @@ from harbor.trial.trial import Trial
 from pydantic import BaseModel, Field
 
 from prefect_harbor.agents.pyenvs import cache_root
-from prefect_harbor.blocks.backend import HarborBackend
-from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, task_dir_under
 from prefect_harbor.sandbox import ImageBuildError, prepare_task_image, present_images, task_image_names
+from prefect_harbor.spec import BackendSpec, Endpoint, WorkflowAgent
 from prefect_harbor.storage.manifest import package_versions
 from prefect_harbor.trial.row_trial import RunContext, build_trial_config, environment_kwargs, prepare_task, stage_workflow_input, trial_name_for
 
 #: Install-only trials never call a model: their agents are wired to this unroutable address.
-NO_ENDPOINT = ModelEndpoint(base_url="http://127.0.0.1:9/prewarm-makes-no-model-calls")
+NO_ENDPOINT = Endpoint(base_url="http://127.0.0.1:9/prewarm-makes-no-model-calls")
 
 
 class PrewarmResult(BaseModel):
@@ -54,19 +53,20 @@ class PrewarmResult(BaseModel):
     reused: bool = Field(default=False, description="The install-only trial was skipped: this exact setup passed on this host before.")
 
 
-def prewarm_targets(backend: HarborBackend, task_ids: list[str] | None) -> list[ResolvedTask | str]:
+def prewarm_targets(backend: BackendSpec, task_ids: list[str] | None) -> list[ResolvedTask | str]:
     """The tasks to set up: the template, or the dataset's task ids (unknown ids are returned as strings)."""
-    if backend.task_mode == "template":
-        return [ResolvedTask(name=backend.tasks_dir.name, path=backend.tasks_dir)]
+    sources = backend.sources
+    if sources.mode == "template":
+        return [ResolvedTask(name=sources.tasks_dir.name, path=sources.tasks_dir)]
     targets: list[ResolvedTask | str] = []
     for task_id in task_ids or []:
-        path = task_dir_under(backend.tasks_dir, task_id)
+        path = task_dir_under(sources.tasks_dir, task_id)
         known = path is not None and (path / "task.toml").is_file()
         targets.append(ResolvedTask(name=task_id, path=path) if path is not None and known else task_id)
     return targets
 
 
-async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunContext, logger: logging.Logger | logging.LoggerAdapter) -> PrewarmResult:
+async def prewarm_task(task: ResolvedTask, backend: BackendSpec, run: RunContext, logger: logging.Logger | logging.LoggerAdapter) -> PrewarmResult:
     """Run one install-only trial of ``task``; never raises for a failure of the task itself."""
     started = time.perf_counter()
     row = _prewarm_row(task, backend)
@@ -77,7 +77,7 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
     try:
         task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
         if backend.environment.is_local_sandbox:
-            prepared = await prepare_task_image(task_path, environment_kwargs(backend, run), logger, force_build=backend.force_build)
+            prepared = await prepare_task_image(task_path, environment_kwargs(backend, run), logger, force_build=backend.environment.force_build)
             image, source, build_log = prepared.image, str(prepared.source), prepared.build_log
         passed = passed_setup(task_path, image, backend, run)
         if passed is not None and passed.is_file():
@@ -104,7 +104,7 @@ async def prewarm_task(task: ResolvedTask, backend: HarborBackend, run: RunConte
 
 
 async def set_up_before(
-    tasks: list[ResolvedTask], backend: HarborBackend, run: RunContext, logger: logging.Logger | logging.LoggerAdapter
+    tasks: list[ResolvedTask], backend: BackendSpec, run: RunContext, logger: logging.Logger | logging.LoggerAdapter
 ) -> dict[str, PrewarmResult]:
     """The tasks whose exact setup passed on this host before and whose images are all present,
     by name: found in one pass and one engine call, so a second sweep's prewarm needs no task
@@ -119,7 +119,7 @@ async def set_up_before(
         copy = run.tasks_copy_dir / f"{trial_name_for(row.id)}-lookup"
         try:
             task_path = await asyncio.to_thread(prepare_task, row, uncredentialed, task, copy, logger, run.bundle)
-            images = await task_image_names(task_path, kwargs, logger, force_build=backend.force_build)
+            images = await task_image_names(task_path, kwargs, logger, force_build=backend.environment.force_build)
             marker = passed_setup(task_path, images[0], backend, run)
             if marker is not None and marker.is_file():
                 found[task.name] = (images, time.perf_counter() - started)
@@ -135,25 +135,25 @@ async def set_up_before(
     }
 
 
-def remembers_setups(backend: HarborBackend) -> bool:
+def remembers_setups(backend: BackendSpec) -> bool:
     """Whether a setup that passed can be remembered: a native agent in the local container
     sandbox (a workflow bundle's setup depends on more than the marker's key)."""
-    return backend.environment.is_local_sandbox and backend.is_native and not backend.has_bundle
+    return backend.environment.is_local_sandbox and backend.native is not None and backend.bundle is None
 
 
-def _uncredentialed(backend: HarborBackend) -> HarborBackend:
+def _uncredentialed(backend: BackendSpec) -> BackendSpec:
     """No credentials: the endpoint (and its key) is replaced; an install-only trial never runs the agent anyway."""
-    return backend.model_copy(update={"model_endpoint": NO_ENDPOINT if backend.model_endpoint else None})
+    return backend.model_copy(update={"model": backend.model.model_copy(update={"endpoint": NO_ENDPOINT if backend.model.endpoint else None})})
 
 
-def _prewarm_row(task: ResolvedTask, backend: HarborBackend) -> DatasetRow:
-    template = backend.task_mode == "template"
+def _prewarm_row(task: ResolvedTask, backend: BackendSpec) -> DatasetRow:
+    template = backend.sources.mode == "template"
     return DatasetRow(id=f"prewarm-{task.name}", prompt=[{"role": "user", "content": "prewarm"}] if template else None)
 
 
-async def _install_only_trial(row: DatasetRow, backend: HarborBackend, task_path: Path, run: RunContext, trial_name: str) -> str | None:
+async def _install_only_trial(row: DatasetRow, backend: BackendSpec, task_path: Path, run: RunContext, trial_name: str) -> str | None:
     """The environment started and the agent set up, nothing run: why it failed, or None."""
-    if backend.is_workflow:
+    if isinstance(backend.agent, WorkflowAgent):
         await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))
     config = build_trial_config(backend, row, task_path, run, trial_name)
     config.install_only = True
@@ -163,16 +163,17 @@ async def _install_only_trial(row: DatasetRow, backend: HarborBackend, task_path
     return f"{error.exception_type}: {error.exception_message}" if error else None
 
 
-def passed_setup(task_path: Path, image: str | None, backend: HarborBackend, run: RunContext) -> Path | None:
+def passed_setup(task_path: Path, image: str | None, backend: BackendSpec, run: RunContext) -> Path | None:
     """The marker of this exact setup having passed here; None when it cannot be remembered
     (no local image to key on, or a workflow bundle, whose setup depends on more than this)."""
-    if image is None or not remembers_setups(backend):
+    native = backend.native
+    if image is None or native is None or not remembers_setups(backend):
         return None
     setup = {
         "image": image,
         "task.toml": (task_path / "task.toml").read_text(),
-        "agent": backend.agent,
-        "agent_options": backend.native_agent_kwargs,
+        "agent": native.name,
+        "agent_options": native.options,
         "mounts": run.mounts,
         "versions": package_versions(),
     }

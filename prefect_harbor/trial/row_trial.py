@@ -26,7 +26,6 @@ from pydantic import ValidationError
 
 from prefect_harbor.agents.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, stage_grader
 from prefect_harbor.agents.native import native_agent_config
-from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.bounds import read_tail
 from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
@@ -34,6 +33,7 @@ from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver,
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
 from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
+from prefect_harbor.spec import BackendSpec, NativeAgent, WorkflowAgent
 from prefect_harbor.storage.results import ErrorCategory, RowResult
 from prefect_harbor.trial import tampering
 from prefect_harbor.trial.bounded_verifier import IMPORT_PATH as BOUNDED_VERIFIER
@@ -74,7 +74,7 @@ def trial_name_for(row_id: str, attempt: int = 1) -> str:
 
 
 def prepare_task(
-    row: DatasetRow, backend: HarborBackend, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter,
+    row: DatasetRow, backend: BackendSpec, task: ResolvedTask, destination: Path, logger: logging.Logger | logging.LoggerAdapter,
     bundle: BundleRuntime | None = None,
 ) -> Path:  # fmt: skip
     """Copy the row's task to ``destination`` (a private copy per row) and stage the row.
@@ -84,9 +84,9 @@ def prepare_task(
     """
     validate_task(task, backend)
     shutil.copytree(task.path, destination)
-    if backend.verifier_isolation == "separate":
-        isolate_verifier(destination, task.name, backend.verifier_artifacts)
-    if backend.task_mode == "template":
+    if backend.scoring.verifier_isolation == "separate":
+        isolate_verifier(destination, task.name, list(backend.scoring.verifier_artifacts))
+    if backend.sources.mode == "template":
         instruction = destination / "instruction.md"
         if row.prompt:
             if task.dynamic and instruction.is_file():
@@ -100,7 +100,7 @@ def prepare_task(
     return destination
 
 
-def validate_task(task: ResolvedTask, backend: HarborBackend) -> str:
+def validate_task(task: ResolvedTask, backend: BackendSpec) -> str:
     """Refuse a task before it is copied for a row; return its reward source.
 
     Shared with ``prefect-harbor check``: a link could point out of the task, an unreadable
@@ -113,12 +113,12 @@ def validate_task(task: ResolvedTask, backend: HarborBackend) -> str:
             raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
     if problem := _task_toml_problem(source / "task.toml"):
         raise RowRejected(f"task {task.name!r}: its task.toml cannot be loaded ({problem}); fix it so Harbor can read the task")
-    refuse_unlisted_host_variables(source, task.name, backend.task_env_passthrough)
+    refuse_unlisted_host_variables(source, task.name, backend.environment.task_env_passthrough)
     if verifier := own_verifier(source):
         return verifier
-    if backend.grader is None:
+    if backend.scoring.grader is None:
         raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
-    return f"grader {backend.grader}"
+    return f"grader {backend.scoring.grader}"
 
 
 def _task_toml_problem(path: Path) -> str | None:
@@ -132,9 +132,9 @@ def _task_toml_problem(path: Path) -> str | None:
     return None
 
 
-def prompt_of(row: DatasetRow, backend: HarborBackend) -> list:
+def prompt_of(row: DatasetRow, backend: BackendSpec) -> list:
     """The prompt a workflow receives: the row's in template mode; in dataset mode the task's instruction (added in the trial)."""
-    if backend.task_mode != "template" or not row.prompt:
+    if backend.sources.mode != "template" or not row.prompt:
         return []
     return row.prompt
 
@@ -144,9 +144,9 @@ def label_text(label: object) -> str | None:
     return label if label is None or isinstance(label, str) else json.dumps(label)
 
 
-def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) -> None:
+def stage_workflow_input(row: DatasetRow, backend: BackendSpec, path: Path) -> None:
     """Write the row's container input for the harness: prompt, metadata, endpoint; the label stays out."""
-    endpoint = backend.model_endpoint
+    endpoint = backend.model.endpoint
     key = endpoint.api_key.get_secret_value() if endpoint is not None and endpoint.api_key is not None else None
     chat_url = reachable_from_sandbox(endpoint.base_url) if endpoint else ""  # the workflow calls it from inside the container
     document = container_input(row.id, prompt_of(row, backend), row.metadata, None, chat_url, key)
@@ -155,49 +155,48 @@ def stage_workflow_input(row: DatasetRow, backend: HarborBackend, path: Path) ->
     path.chmod(0o600)
 
 
-def bakes_the_bundle(backend: HarborBackend, run: RunContext) -> bool:
+def bakes_the_bundle(backend: BackendSpec, run: RunContext) -> bool:
     """``patch_dockerfile_with_sdk`` (on by default with a bundle): its environment goes into the task image."""
-    return run.bundle is not None and backend.environment.is_local_sandbox and backend.patch_dockerfile_with_sdk is not False
+    return run.bundle is not None and backend.environment.is_local_sandbox and (backend.bundle is None or backend.bundle.bake)
 
 
-def task_environment_kwargs(backend: HarborBackend) -> dict:
+def task_environment_kwargs(backend: BackendSpec) -> dict:
     """The environment's options as the backend sets them; in the local sandbox with the backend's
     ``task_env_passthrough``, the host variables a task's compose file may read (as its task.toml may)."""
     kwargs = dict(backend.environment.kwargs)
-    if backend.environment.is_local_sandbox and backend.task_env_passthrough:
-        kwargs[PASSTHROUGH_OPTION] = list(backend.task_env_passthrough)
+    if backend.environment.is_local_sandbox and backend.environment.task_env_passthrough:
+        kwargs[PASSTHROUGH_OPTION] = list(backend.environment.task_env_passthrough)
     return kwargs
 
 
-def environment_kwargs(backend: HarborBackend, run: RunContext) -> dict:
+def environment_kwargs(backend: BackendSpec, run: RunContext) -> dict:
     """The environment's options for this run's trials (and its prewarm, which must build the same image).
 
     The local sandbox gets the per-trial process limit that fits this host's budget at the run's
     trials at once (:func:`~prefect_harbor.sandbox.limits.trial_pids_limit`; the flow checked it first)."""
     kwargs = task_environment_kwargs(backend)
     if backend.environment.is_local_sandbox:
-        kwargs["pids_limit"] = trial_pids_limit(kwargs.get("pids_limit"), backend.n_concurrent)
+        kwargs["pids_limit"] = trial_pids_limit(kwargs.get("pids_limit"), backend.limits.n_concurrent)
     if bakes_the_bundle(backend, run):
         assert run.bundle is not None
         kwargs["baked_paths"] = run.bundle.env.baked()
     return kwargs
 
 
-def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
+def build_trial_config(backend: BackendSpec, row: DatasetRow, task_path: Path, run: RunContext, trial_name: str) -> TrialConfig:
     model_name = model_for(backend, row)
     baked = bakes_the_bundle(backend, run)
     mounts = [*run.mounts, *(run.bundle.env.mounts() if run.bundle and not baked else [])]
-    if backend.is_native:
-        assert backend.agent is not None
-        setup = native_agent_config(backend.agent, model_name, backend.model_endpoint, backend.native_agent_kwargs)
+    if isinstance(backend.agent, NativeAgent):
+        setup = native_agent_config(backend.agent.name, model_name, backend.model.endpoint, backend.agent.options)
         agent = setup.agent
         mounts += [m for m in setup.mounts if m not in mounts]
     else:
         if run.bundle is None:
             raise RowRejected("a workflow agent needs its bundle, and none was prepared for this run")
         agent = harness_agent_config(run.bundle, run.input_path(trial_name), model_name)
-    if backend.agent_setup_timeout_sec is not None:
-        agent.override_setup_timeout_sec = backend.agent_setup_timeout_sec
+    if backend.limits.agent_setup_timeout_sec is not None:
+        agent.override_setup_timeout_sec = backend.limits.agent_setup_timeout_sec
     environment = backend.environment
     return TrialConfig(
         task=TaskConfig(path=task_path),
@@ -206,39 +205,40 @@ def build_trial_config(backend: HarborBackend, row: DatasetRow, task_path: Path,
         agent=agent,
         environment=EnvironmentConfig(
             type=environment.type, import_path=environment.import_path, kwargs=environment_kwargs(backend, run), mounts=mounts or None,
-            force_build=backend.force_build,
+            force_build=environment.force_build,
         ),  # fmt: skip
         verifier=VerifierConfig(import_path=BOUNDED_VERIFIER),
     )
 
 
-def model_for(backend: HarborBackend, row: DatasetRow | None) -> str | None:
+def model_for(backend: BackendSpec, row: DatasetRow | None) -> str | None:
     """The row's model: ``metadata.harbor_model`` (native agents), else the backend's, else the endpoint's default.
 
     Oracle needs none. Without a row: the model rows get when they name none.
     """
-    if backend.agent == "oracle":
+    native = backend.native
+    if native is not None and native.name == "oracle":
         return None
-    override = row.metadata.get("harbor_model") if backend.is_native and row is not None else None
+    override = row.metadata.get("harbor_model") if native is not None and row is not None else None
     if override:
         return str(override)
-    endpoint = backend.model_endpoint
-    if backend.model_name == DEFAULT_MODEL_NAME and endpoint is not None and endpoint.model:
+    endpoint = backend.model.endpoint
+    if backend.model.name == DEFAULT_MODEL_NAME and endpoint is not None and endpoint.model:
         return endpoint.model
-    return backend.model_name
+    return backend.model.name
 
 
-def base_result(row: DatasetRow | RowProblem, index: int, backend: HarborBackend, attempt: int = 1) -> RowResult:
+def base_result(row: DatasetRow | RowProblem, index: int, backend: BackendSpec, attempt: int = 1) -> RowResult:
     """The attempt's result before anything ran (a failure until a trial says otherwise)."""
     if isinstance(row, RowProblem):
-        return RowResult(row_index=index, row_id=row.id, attempt=attempt, agent=backend.agent_spec, status="failure")
+        return RowResult(row_index=index, row_id=row.id, attempt=attempt, agent=backend.agent_name, status="failure")
     return RowResult(
-        row_index=index, row_id=row.id, attempt=attempt, task=declared_task(row, backend), agent=backend.agent_spec, model=model_for(backend, row), status="failure"
+        row_index=index, row_id=row.id, attempt=attempt, task=declared_task(row, backend.sources), agent=backend.agent_name, model=model_for(backend, row), status="failure"
     )
 
 
 async def run_row(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: HarborBackend, resolver: TaskResolver,
+    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: BackendSpec, resolver: TaskResolver,
     run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
 ) -> RowResult:  # fmt: skip
     """Run one attempt at a row: its own trial. Returns a result for every outcome except cancellation."""
@@ -252,7 +252,7 @@ async def run_row(
         if task.name in run.prewarm_failures:
             raise RowRejected(f"task {task.name} failed prewarm: {run.prewarm_failures[task.name]}")
         task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger, run.bundle)
-        if backend.is_workflow:
+        if isinstance(backend.agent, WorkflowAgent):
             await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))
         trial = await Trial.create(build_trial_config(backend, row, task_path, run, trial_name))
     except RowRejected as rejected:
@@ -271,12 +271,12 @@ async def run_row(
         run.input_path(trial_name).unlink(missing_ok=True)
         forget_loggers(trial.logger.name)
     trial_dir = run.trials_dir / trial_name
-    row_result = outcome(base, result, backend.reward_key, backend.reward_range)
+    row_result = outcome(base, result, backend.scoring.reward_key, backend.scoring.reward_range)
     if row_result.err_category == "verifier_error":
         row_result.err_message = f"{row_result.err_message}{verifier_output_tail(trial_dir)}"
-    if backend.is_workflow:
+    if isinstance(backend.agent, WorkflowAgent):
         row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), read_tail(trial_dir / "verifier" / "test-stdout.txt"))
-    row_result = tampering.judge(row_result, trial_dir, backend.on_tampering)
+    row_result = tampering.judge(row_result, trial_dir, backend.scoring.on_tampering)
     row_result.trial_dir = str(trial_dir)
     return row_result
 
@@ -315,7 +315,7 @@ def cancelled_result(base: RowResult, run: RunContext | None, trial_name: str | 
     return base.model_copy(update={"status": "cancelled", "err_message": message, "err_phase": "setup" if not started else None})
 
 
-def release_trial(result: RowResult, backend: HarborBackend, run: RunContext) -> RowResult:
+def release_trial(result: RowResult, backend: BackendSpec, run: RunContext) -> RowResult:
     """After archiving: delete a successful row's local trial (and task copy) if configured."""
     if result.trial_name is None or result.status != "success" or not backend.cleanup_successful_trials:
         return result

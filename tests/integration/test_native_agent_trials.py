@@ -22,9 +22,9 @@ from paths import EXAMPLE_TASKS, REPO
 from pydantic import SecretStr
 
 from prefect_harbor.agents.native import MINI_SWE_AGENT_VERSION, native_agent_config, prepare_native_agent
-from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.sandbox import IMPORT_PATH
 from prefect_harbor.secrets import Redactor
+from prefect_harbor.spec import Endpoint
 from prefect_harbor.storage.archive import archive_row
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
@@ -67,7 +67,7 @@ def run_native_trial(agent: str, workdir: Path, *, mounted: bool = True) -> Nati
     shutil.copytree(EXAMPLE_TASKS / TASK, task)
     script = REPO / "examples" / "model-scripts" / f"{agent}-{TASK}.json"
     with ScriptedModelServer(script, api_key=key) as server:
-        setup = native_agent_config(agent, MODEL, ModelEndpoint(base_url=server.base_url, api_key=SecretStr(key)), {})
+        setup = native_agent_config(agent, MODEL, Endpoint(base_url=server.base_url, api_key=SecretStr(key)), {})
         assert setup.secrets == [key]
         config = TrialConfig(
             task=TaskConfig(path=task),
