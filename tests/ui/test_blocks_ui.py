@@ -110,8 +110,17 @@ def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None,
         choose(page, "Agent", agent)
     if workflow_agent:
         fields.nth(2).fill(workflow_agent)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    expect(fields.nth(0)).to_have_value(name)  # the form took what was typed (a cold page can drop early input)
+    expect(fields.nth(1)).to_have_value(str(tasks_dir))
     page.get_by_role("button", name="Create").click()
-    page.wait_for_url("**/blocks/block/**", timeout=90_000, wait_until="commit")  # saved ("Block created successfully"), and shown
+    try:
+        page.wait_for_url("**/blocks/block/**", timeout=90_000, wait_until="commit")  # saved ("Block created successfully"), and shown
+    except PlaywrightTimeout:
+        said = page.locator("[role=alert], .p-message, .p-toast").all_inner_texts()
+        raise AssertionError(f"the form did not save block {name!r} within 90 s; the page said: {said or page.inner_text('body')[:800]!r}") from None
 
 
 def pick_in_the_run_form(page, base: str, deployment_id: str, dataset: str, block: str) -> str:
