@@ -13,8 +13,7 @@ import tomllib
 
 import pytest
 import yaml
-
-from tests.paths import REPO
+from paths import REPO
 
 CORPUS = REPO / "benchmarks" / "fidelity"
 REQUIRED_KINDS = {

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
+from tasks_factory import BASE_DOCKERFILE
 
 from prefect_harbor.sandbox import ContainerEnvironment
-from tests.tasks_factory import BASE_DOCKERFILE
 
 MakeEnvironment = Callable[..., ContainerEnvironment]
 

@@ -2,9 +2,9 @@
 
 import pytest
 from harbor.models.task.config import EnvironmentConfig, NetworkMode
+from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 from prefect_harbor.sandbox.engine import podman
-from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 
 async def test_task_resources_and_the_process_limit_are_applied(make_environment):

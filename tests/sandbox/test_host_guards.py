@@ -8,12 +8,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from auth_proxy import AuthenticatingProxy
+from tasks_factory import BASE_DOCKERFILE
 
 from prefect_harbor.sandbox import firewall, janitor, limits, network, proxy, seccomp
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import image_resolver
-from tests.auth_proxy import AuthenticatingProxy
-from tests.tasks_factory import BASE_DOCKERFILE
 
 
 def strict() -> dict:

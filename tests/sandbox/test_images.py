@@ -6,12 +6,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver, image_resolver, present_images
 from prefect_harbor.sandbox.standins import shipped_stand_in
-from tests.tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 FULL_SEMANTICS = """\
 ARG BASE=debian:bookworm-slim
