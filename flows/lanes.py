@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prefect import Task, get_run_logger
 from prefect.context import get_run_context
@@ -30,12 +29,11 @@ from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
-from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult
-from prefect_harbor.tasks import Archiver, lane_task, run_trial, trial_and_archive
-from prefect_harbor.trial.row_trial import RunContext, base_result, cancelled_result, trial_name_for
+from prefect_harbor.tasks import ArchivedRow, SweepContext, run_trial, run_trials, trial_and_archive
+from prefect_harbor.trial.row_trial import base_result, cancelled_result, trial_name_for
 
 Row = DatasetRow | RowProblem
 
@@ -60,27 +58,26 @@ class LanePlan:
     #: Attempts per row (task runs are labelled ``row <id> #<attempt>`` when there are several).
     attempts: int = 1
     row_task: Task = run_trial
-    #: Options of the lanes' ``trials`` task runs (result persistence).
-    batch_options: dict[str, Any] = field(default_factory=dict)
+    #: The lanes' ``trials`` task, with its result persistence.
+    batch_task: Task = run_trials
 
     @classmethod
     def of(cls, config: BackendSpec, storage: ResultsStorage | None, run_id: str, rows_to_run: int, rows_per_task_run: int | None) -> LanePlan:
         """The plan for this flow run: its task runner, and the results storage when it is a saved block."""
-        batch_options: dict[str, Any] = {}
-        row_task = run_trial
+        batch_task, row_task = run_trials, run_trial
         if storage is not None and storage._block_document_id is not None:
             # Prefect's own task results persist to the same storage (a saved block is required).
             # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
             persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
-            batch_options = dict(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first_index]}}-{{parameters[first].attempt}}.json")
-            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[index]}}-{{parameters[attempt]}}.json")
+            batch_task = run_trials.with_options(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first].index}}-{{parameters[first].attempt}}.json")
+            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[unit].index}}-{{parameters[unit].attempt}}.json")
         return cls(
             lanes=config.limits.n_concurrent,
             rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.limits.n_concurrent),
             distributed=not isinstance(get_run_context().task_runner, ThreadPoolTaskRunner),
             attempts=config.limits.attempts,
             row_task=row_task,
-            batch_options=batch_options,
+            batch_task=batch_task,
         )
 
     def announce(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
@@ -95,24 +92,17 @@ class LanePlan:
 class TrialRunner:
     """Runs one row's trial: inline, inside the lane's task run, or as its own task run on the distributed runner."""
 
-    config: BackendSpec
-    resolver: TaskResolver
-    run: RunContext
-    archiver: Archiver
+    sweep: SweepContext
     plan: LanePlan
 
-    async def __call__(self, unit: RowAttempt, trial_name: str, on_grading: Callable[[], None]) -> RowResult:
-        row, index, attempt = unit.row, unit.index, unit.attempt
+    async def __call__(self, unit: RowAttempt, trial_name: str, on_grading: Callable[[], None]) -> ArchivedRow:
         if not self.plan.distributed:
-            return await trial_and_archive(
-                row, index, trial_name, self.config, self.resolver, self.run, self.archiver, get_run_logger(), on_grading,
-                attempt=attempt, quiet_success=self.plan.rows_per_task_run > 1,
-            )  # fmt: skip
+            return await trial_and_archive(unit, trial_name, self.sweep, get_run_logger(), on_grading, quiet_success=self.plan.rows_per_task_run > 1)
         # Not quoted: the annotation would reach the worker unresolved. Pickled once per attempt.
-        future = self.plan.row_task.submit(row, index, trial_name, self.config, self.resolver, self.run, self.archiver, attempt)
+        future = self.plan.row_task.submit(unit, trial_name, self.sweep)
         try:
             (result,) = await rows_of(future)
-            return result
+            return ArchivedRow(result)  # run_trial archived it on the worker
         except asyncio.CancelledError:
             future.wrapped_future.cancel()  # a queued row never starts; a running one ends with its worker task
             raise
@@ -157,10 +147,6 @@ class Lanes:
     logger: logging.Logger | logging.LoggerAdapter
     #: (Row id, attempt) -> its asyncio task, while it runs.
     _running: dict[tuple[str, int], asyncio.Task[RowResult]] = field(default_factory=dict, init=False)
-    _batch_task: Task = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._batch_task = lane_task(self.admission, self._start_row, **self.plan.batch_options)
 
     async def run(self) -> None:
         """Run every lane; on a cancellation request, cancel the running rows and let the lanes wind down."""
@@ -189,13 +175,21 @@ class Lanes:
                 continue
             label = f"row {unit.label(self.plan.attempts)}" if self.plan.rows_per_task_run == 1 else f"rows from {unit.label(self.plan.attempts)}"
             try:
-                state = await self._batch_task(label, unit.index, unit, self.plan.rows_per_task_run, return_state=True)
+                state = await self.plan.batch_task(label, unit, self._batch_from(unit), return_state=True)
                 await rows_of(state)  # raises what the task run raised, if it did not return its rows' state
             except Exception as error:  # Prefect could not run the task run (its API is away): the rows it held are not lost
                 self.logger.exception(f"The task run for {label} failed")
                 if self.tracker.attempts.get(unit.row.id, {}).get(unit.attempt) == "queued":
                     self.tracker.set(unit.row.id, "failure", unit.attempt)
-                    await asyncio.shield(self.recorder.record(internal_error(unit, error, self.trials.config)))
+                    await asyncio.shield(self.recorder.record(internal_error(unit, error, self.trials.sweep.backend)))
+
+    async def _batch_from(self, first: RowAttempt) -> AsyncIterator[RowResult]:
+        """The rows of one task run: ``first``, then attempts admitted one at a time, up to ``rows_per_task_run``, each run to its recorded row."""
+        yield await self._start_row(first)
+        for _ in range(self.plan.rows_per_task_run - 1):
+            if (unit := self.admission()) is None:
+                return
+            yield await self._start_row(unit)
 
     async def _start_row(self, unit: RowAttempt) -> RowResult:
         """Run the attempt as its own asyncio task, so a partial cancel request can stop just this row."""
@@ -212,9 +206,10 @@ class Lanes:
 
     async def _one_row(self, unit: RowAttempt) -> RowResult:
         """The attempt's trial to its recorded result row, whatever happens to it."""
-        config, run = self.trials.config, self.trials.run
+        config, run = self.trials.sweep.backend, self.trials.sweep.run
         row, index, attempt = unit.row, unit.index, unit.attempt
         trial_name = trial_name_for(row.id, attempt)
+        result: RowResult | ArchivedRow
         try:
             if self._deliberate(row):  # cancelled while queued, or the sweep stopped before the row began
                 result = cancelled_result(base_result(row, index, config, attempt), None, None, started=False)
@@ -232,7 +227,7 @@ class Lanes:
             else:
                 self.logger.exception(f"Row {unit.label(self.plan.attempts)} crashed the trial task")
                 result = internal_error(unit, error, config)
-        self.tracker.set(row.id, result.status, attempt)
+        self.tracker.set(row.id, (result.result if isinstance(result, ArchivedRow) else result).status, attempt)
         return await asyncio.shield(self.recorder.record(result))
 
 

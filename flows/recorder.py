@@ -1,10 +1,12 @@
 """Every result row on its way into the run folder: archived, written, counted and shown once.
 
-A result row reaches the flow from several places: a finished trial (archived in its task
-run), a row the flow cancelled, a row whose task run Prefect could not run, rows that never
-started. Each must be redacted, archived if no task run did, written as a part, counted in
-the run's tally and shown in the progress artifact, exactly once. The recorder is that one
-path, and it keeps counts only: the flow holds no rows, however large the sweep.
+A result row reaches the flow from several places: a finished trial (an :class:`ArchivedRow`,
+archived in its task run, where its trial directory is), a row the flow cancelled, a row whose
+task run Prefect could not run, rows that never started. Each must be redacted and archived
+(once: a row that is not an ``ArchivedRow`` yet is archived here), written as a part, counted
+in the run's tally and shown in the progress artifact, exactly once. The recorder is that one
+path, and it keeps counts only: the flow holds no rows, however large the sweep. Rows that
+never started have no trial to archive: they are written as they are, in batches.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ from prefect.exceptions import MissingContextError
 
 from prefect_harbor.flows.reporting import Progress, RowsTable
 from prefect_harbor.rows.attempts import RowAttempt
-from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
-from prefect_harbor.tasks import Archiver
+from prefect_harbor.tasks import ArchivedRow, SweepContext, archive_result
 from prefect_harbor.tasks.trial import log_outcome
 from prefect_harbor.trial.row_trial import base_result, cancelled_result
 
@@ -35,9 +36,7 @@ NEVER_STARTED_BATCH = 1000
 class Recorder:
     """Archives, writes, tallies and shows the progress of every result row of the run."""
 
-    store: RunStore
-    archiver: Archiver
-    redactor: Redactor
+    sweep: SweepContext
     progress: Progress
     #: The row table artifact, published as rows finish.
     rows_table: RowsTable
@@ -53,13 +52,17 @@ class Recorder:
         """A row kept from a resumed run: already written and counted, shown as done."""
         self.progress.skip()
 
-    async def record(self, result: RowResult) -> RowResult:
-        """Write one finished row: redacted, archived if its task run did not, counted, shown."""
-        result = self.redactor.model(result)  # rows that never reached the archiver (internal errors) too
-        if result.artifact_uri is None:  # rows the flow cancelled or that never ran; the others were archived (and logged) in their task run
+    @property
+    def store(self) -> RunStore:
+        return self.sweep.store
+
+    async def record(self, row: RowResult | ArchivedRow) -> RowResult:
+        """Finish one row: redacted, archived and released unless its task run did that, then written, counted, shown."""
+        if not isinstance(row, ArchivedRow):  # rows the flow ended itself: cancelled, crashed, or never given a task run
             logger = self._current_logger()
-            result = await asyncio.to_thread(self.archiver, result, logger)
-            log_outcome(result, logger)
+            row = await asyncio.to_thread(archive_result, row, self.sweep, logger)
+            log_outcome(row.result, logger)
+        result = row.result
         await asyncio.to_thread(self.store.write_row, result)
         self.tally.add(result)
         await self.progress.advance()
@@ -88,7 +91,7 @@ class Recorder:
             return self.logger
 
     def _write_never_started(self, units: Iterable[RowAttempt]) -> None:
-        backend = self.archiver.backend
+        backend = self.sweep.backend
         results = (cancelled_result(base_result(u.row, u.index, backend, u.attempt), None, None, started=False) for u in units)
         for chunk in itertools.batched(results, NEVER_STARTED_BATCH):
             self.store.write_rows(list(chunk))

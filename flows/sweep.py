@@ -55,7 +55,7 @@ from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
-from prefect_harbor.tasks import Archiver
+from prefect_harbor.tasks import SweepContext
 from prefect_harbor.trial.prewarm import PrewarmResult
 from prefect_harbor.trial.row_trial import RunContext
 from prefect_harbor.trial.task_env import passed_through_secrets
@@ -126,12 +126,12 @@ async def evaluation_sweep(
             await figures.open_job(folder, spec, selection.units, runtimes.redactor, logger)
             run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
             plan = LanePlan.of(spec, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
-            archiver = Archiver(backend=spec, store=folder.store, run=run, redactor=runtimes.redactor)
-            views = Progress(selection.units), RowsTable(tally, selection.units)
-            recorder = Recorder(folder.store, archiver, runtimes.redactor, *views, tally, logger)
+            resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
+            sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)
+            recorder = Recorder(sweep, Progress(selection.units), RowsTable(tally, selection.units), tally, logger)
             await recorder.start()
             announce(spec, folder, selection, plan, logger)
-            trials = TrialRunner(spec, TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger), run, archiver, plan)
+            trials = TrialRunner(sweep, plan)
             channel = ControlChannel(folder.store, tracker, logger)
             scope = await run_lanes(plan, trials, selection, kept, recorder, channel, logger)
             summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set())

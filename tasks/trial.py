@@ -1,7 +1,7 @@
 """The Prefect tasks that run rows: a lane's rows on the flow's event loop, or one row on a worker.
 
 A sweep runs its rows in ``n_concurrent`` lanes; each lane runs its rows inside task runs of
-:func:`lane_task`, up to ``limit`` rows each (one row per task run for small sweeps, so the UI
+:func:`run_trials`, up to ``rows_per_task_run`` rows each (one row per task run for small sweeps, so the UI
 shows every row; more for big ones, because Prefect's cost per task run is several times a
 small trial's orchestration: ``docs/performance.md``). With a distributed task runner (Dask)
 each row is a task run of :func:`run_trial` on a worker.
@@ -20,49 +20,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Callable
 from pathlib import Path
-from typing import Any
 
-from prefect import Task, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Cancelled, Completed, Failed, State
 
 from prefect_harbor.outcome import Counts, describe, figure, row_line, state_name
 from prefect_harbor.rows.attempts import RowAttempt
-from prefect_harbor.rows.dataset import DatasetRow, RowProblem
-from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.secrets import Redactor
-from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.results import RowResult
-from prefect_harbor.tasks.archive import Archiver
+from prefect_harbor.tasks.archive import ArchivedRow, archive_result
+from prefect_harbor.tasks.sweep_context import SweepContext
 from prefect_harbor.trial.outcome import verifier_output
-from prefect_harbor.trial.row_trial import RunContext, run_row
+from prefect_harbor.trial.row_trial import run_row
 
 #: How much of the verifier's output a row's task-run log gets: its last lines, a few KiB at most.
 VERIFIER_TAIL_LINES = 30
 VERIFIER_TAIL_BYTES = 4096
 
-#: The next attempt at a row a lane may run, or None when the dataset is done or the sweep stops.
-Admit = Callable[[], "RowAttempt | None"]
-#: Runs one admitted attempt to its result row (trial, verification, archive, bookkeeping).
-RunOne = Callable[["RowAttempt"], Awaitable[RowResult]]
-
-
 async def trial_and_archive(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: BackendSpec, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
-    quiet_success: bool = False,
-) -> RowResult:  # fmt: skip
-    """Run the row's trial (attempt ``attempt``) in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
+    unit: RowAttempt, trial_name: str, sweep: SweepContext, logger: logging.Logger | logging.LoggerAdapter,
+    on_grading: Callable[[], None] | None = None, quiet_success: bool = False,
+) -> ArchivedRow:  # fmt: skip
+    """Run the attempt's trial in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
 
     ``quiet_success``: a rewarded row's line at DEBUG (rows batched into one task run, where only the others matter)."""
-    result = await run_row(row, index, trial_name, backend, resolver, run, logger, on_grading, attempt)
+    result = await run_row(unit.row, unit.index, trial_name, sweep.backend, sweep.resolver, sweep.run, logger, on_grading, unit.attempt)
     # Read before archiving: a successful row's trial directory is deleted with it.
-    tail = await asyncio.to_thread(verifier_tail_of, result, archiver.redactor)
-    result = await asyncio.to_thread(archiver, result, logger)
+    tail = await asyncio.to_thread(verifier_tail_of, result, sweep.redactor)
+    archived = await asyncio.to_thread(archive_result, result, sweep, logger)
+    result = archived.result
     log_row(result, logger, tail, quiet=quiet_success and result.status == "success" and bool(result.reward) and not result.verifier_tampering)
-    return result
+    return archived
 
 
 def verifier_tail_of(result: RowResult, redactor: Redactor) -> str:
@@ -100,28 +91,17 @@ def outcome_state(results: list[RowResult]) -> State:
     return state(name=name, message=message[:500], data=results)
 
 
-def lane_task(admit: Admit, run_one: RunOne, **options: Any) -> Task:
-    """The task a lane runs its rows in. ``admit`` and ``run_one`` belong to the flow run: bound
-    here rather than passed, so the UI lists only the rows' own inputs."""
+@task(name="trials", task_run_name="{label}", retries=0, cache_policy=NO_CACHE, persist_result=False)
+async def run_trials(label: str, first: RowAttempt, rows: AsyncIterable[RowResult]) -> State:
+    """A lane's attempts in one task run: ``rows`` runs ``first`` and those the lane admits after it, each to its recorded result row.
 
-    @task(name="trials", task_run_name="{label}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-    async def run_trials(label: str, first_index: int, first: RowAttempt, limit: int) -> State:
-        """Run ``first``, then further attempts from ``admit``, one after another, up to ``limit`` of them.
-
-        Attempts are pulled one at a time, so every lane stays busy until the dataset runs out.
-        """
-        results = [await run_one(first)]
-        while len(results) < limit and (item := admit()) is not None:
-            results.append(await run_one(item))
-        return outcome_state(results)
-
-    return run_trials.with_options(**options) if options else run_trials
+    The lane pulls attempts one at a time, so every lane stays busy until the dataset runs out;
+    ``first`` names the task run's persisted result.
+    """
+    return outcome_state([result async for result in rows])
 
 
-@task(name="trial", task_run_name="row {row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
-async def run_trial(
-    row: DatasetRow | RowProblem, index: int, trial_name: str, backend: BackendSpec, resolver: TaskResolver, run: RunContext,
-    archiver: Archiver, attempt: int = 1,
-) -> State:  # fmt: skip
+@task(name="trial", task_run_name="row {unit.row.id}", retries=0, cache_policy=NO_CACHE, persist_result=False)
+async def run_trial(unit: RowAttempt, trial_name: str, sweep: SweepContext) -> State:
     """One attempt at a row as its own task run, for a distributed task runner: its arguments travel to the worker."""
-    return outcome_state([await trial_and_archive(row, index, trial_name, backend, resolver, run, archiver, get_run_logger(), attempt=attempt)])
+    return outcome_state([(await trial_and_archive(unit, trial_name, sweep, get_run_logger())).result])

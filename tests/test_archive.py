@@ -221,7 +221,9 @@ def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
     from paths import EXAMPLE_TASKS
 
     from prefect_harbor.blocks import HarborBackend
-    from prefect_harbor.tasks.archive import Archiver
+    from prefect_harbor.rows.sources import TaskResolver
+    from prefect_harbor.tasks.archive import archive_result
+    from prefect_harbor.tasks.sweep_context import SweepContext
     from prefect_harbor.trial.row_trial import RunContext
 
     def out_of_memory(*args, **kwargs):
@@ -230,9 +232,10 @@ def test_an_archive_that_fails_keeps_the_rows_outcome(tmp_path, monkeypatch):
     monkeypatch.setattr("prefect_harbor.tasks.archive.archive_row", out_of_memory)
     backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials")).spec()
     store = RunStore(str(tmp_path / "results"), "run", fallback_dir=tmp_path / "fb")
-    archiver = Archiver(backend=backend, store=store, run=RunContext(run_id="run", trials_dir=tmp_path / "trials"), redactor=REDACTOR)
+    run = RunContext(run_id="run", trials_dir=tmp_path / "trials")
+    sweep = SweepContext(backend=backend, resolver=TaskResolver(backend.sources, cache_dir=run.trials_dir / "_fetched"), run=run, store=store, redactor=REDACTOR)
     row = RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success", reward=1.0, trial_dir=str(trial_tree(tmp_path)))
-    archived = archiver(row, logging.getLogger("test"))
+    archived = archive_result(row, sweep, logging.getLogger("test")).result
     assert (archived.status, archived.reward) == ("success", 1.0)
     assert archived.archive_error == "archiving failed: MemoryError: "
 

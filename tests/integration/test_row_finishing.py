@@ -1,0 +1,112 @@
+"""Every attempt's result row is redacted and archived exactly once, whichever way it ends: a trial
+that succeeds or fails, a row refused before any trial, a crash, an archive that fails, a row
+cancelled while it runs; in task runs of one row or of several, with attempts, and on a
+distributed task runner. The trials are stand-ins (no sandbox): what is counted is the sweep's own
+bookkeeping around them, through the flow on a real server."""
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from tasks_factory import write_task
+
+import prefect_harbor.secrets
+import prefect_harbor.tasks.archive
+import prefect_harbor.tasks.trial
+from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.rows.dataset import RowProblem
+from prefect_harbor.storage.control import CancelRequest
+from prefect_harbor.storage.results import RowResult
+from prefect_harbor.trial.row_trial import base_result
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300)]
+
+#: Row id -> how its stand-in trial ends; "rejected" and the malformed line go through the real run_row (no trial starts).
+ENDINGS = {"passes": "success", "fails": "failure", "crashes": "failure", "archive-breaks": "success", "rejected": "failure", "cancelled": "cancelled"}
+
+
+def dataset(path: Path, rows: list[str]) -> Path:
+    lines = [json.dumps({"id": row_id, "metadata": {"harbor_task_id": "no-such-task" if row_id == "rejected" else "t"}}) for row_id in rows]
+    path.write_text("\n".join([*lines, "{not json"]) + "\n")
+    return path
+
+
+class Counts:
+    """How often each attempt's row was archived and redacted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, results: Path):
+        self.archived: Counter[tuple[str, int]] = Counter()
+        self.redacted: Counter[tuple[str, int]] = Counter()
+        self.results = results
+        real_archive, real_redact, real_run_row = prefect_harbor.tasks.archive.archive_row, prefect_harbor.secrets.Redactor.model, prefect_harbor.tasks.trial.run_row
+
+        def archive_row(result: RowResult, *args, **kwargs):
+            self.archived[result.row_id, result.attempt] += 1
+            if result.row_id == "archive-breaks":
+                raise OSError("the store is away")
+            return real_archive(result, *args, **kwargs)
+
+        def redact(redactor, model):
+            if isinstance(model, RowResult):
+                self.redacted[model.row_id, model.attempt] += 1
+            return real_redact(redactor, model)
+
+        async def run_row(row, index, trial_name, backend, resolver, run, *rest, **options):
+            if isinstance(row, RowProblem) or row.id == "rejected":
+                return await real_run_row(row, index, trial_name, backend, resolver, run, *rest, **options)
+            attempt = options.get("attempt", rest[2] if len(rest) > 2 else 1)
+            base = base_result(row, index, backend, attempt).model_copy(update={"trial_name": trial_name})
+            if row.id == "crashes":
+                raise RuntimeError("a bug in the trial task")
+            if row.id == "cancelled":  # asks for its own cancellation, as `prefect-harbor cancel` does, and runs until it comes
+                request = CancelRequest(ids=[row.id])
+                path = self.results / run.run_id / request.path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(request.model_dump_json())
+                await asyncio.Event().wait()
+            trial_dir = run.trials_dir / trial_name
+            (trial_dir / "verifier").mkdir(parents=True)
+            (trial_dir / "trial.log").write_text("ran\n")
+            if row.id == "fails":
+                return base.model_copy(update={"err_category": "agent_error", "err_message": "the agent gave up", "trial_dir": str(trial_dir)})
+            return base.model_copy(update={"status": "success", "reward": 1.0, "err_phase": None, "trial_dir": str(trial_dir)})
+
+        monkeypatch.setattr(prefect_harbor.tasks.archive, "archive_row", archive_row)
+        monkeypatch.setattr(prefect_harbor.secrets.Redactor, "model", redact)
+        monkeypatch.setattr(prefect_harbor.tasks.trial, "run_row", run_row)
+
+
+@pytest.mark.parametrize(
+    ("rows_per_task_run", "attempts", "distributed"),
+    [(1, 1, False), (5, 1, False), (None, 2, False), (None, 1, True)],
+    ids=["row-per-task-run", "batched", "attempts", "distributed"],
+)
+async def test_every_row_is_redacted_and_archived_exactly_once(tmp_path, monkeypatch, rows_per_task_run, attempts, distributed):
+    write_task(tmp_path / "tasks", "t")  # never built: the stand-in trials run nothing
+    # A cancelled row on a distributed runner ends in the flow, its worker's trial runs on; its stand-in would wait for ever.
+    rows = [row_id for row_id in ENDINGS if not (distributed and row_id == "cancelled")]
+    counts = Counts(monkeypatch, tmp_path / "results")
+    backend = HarborBackend(tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=2)
+    sweep = evaluation_sweep
+    if distributed:
+        from prefect_dask import DaskTaskRunner
+
+        sweep = evaluation_sweep.with_options(task_runner=DaskTaskRunner(cluster_kwargs={"n_workers": 1, "processes": False, "dashboard_address": None}))
+
+    summary = await sweep(
+        dataset=str(dataset(tmp_path / "rows.jsonl", rows)), backend=backend, results=str(tmp_path / "results"), prewarm=False,
+        rows_per_task_run=rows_per_task_run, attempts=attempts,
+    )  # fmt: skip
+
+    table = pq.read_table(summary.results_uri).to_pylist()
+    statuses = {(r["row_id"], r["attempt"]): r["status"] for r in table}
+    problem = next(r["row_id"] for r in table if r["row_id"] not in ENDINGS)
+    expected = {(row_id, attempt): ENDINGS[row_id] for row_id in rows for attempt in range(1, attempts + 1)}
+    assert statuses == {**expected, **{(problem, attempt): "failure" for attempt in range(1, attempts + 1)}}
+    assert {r["row_id"]: r["archive_error"] is not None for r in table} == {row_id: row_id == "archive-breaks" for row_id in [*rows, problem]}
+    assert dict(counts.archived) == dict.fromkeys(statuses, 1), "each attempt archived once"
+    assert dict(counts.redacted) == dict.fromkeys(statuses, 1), "each attempt's row redacted once"
