@@ -66,7 +66,8 @@ def test_a_storage_outage_keeps_rows_locally_and_says_where(moto_endpoint, tmp_p
 
 
 def test_wrong_credentials_are_a_configuration_error_before_any_trial(seaweedfs, tmp_path):
-    s3fs.S3FileSystem(key=SEAWEED_KEY, secret=SEAWEED_SECRET, client_kwargs={"endpoint_url": seaweedfs}, skip_instance_cache=True).mkdir("creds")
+    # exist_ok: SeaweedFS keeps buckets on disk, and another test session on this machine may share its port.
+    s3fs.S3FileSystem(key=SEAWEED_KEY, secret=SEAWEED_SECRET, client_kwargs={"endpoint_url": seaweedfs}, skip_instance_cache=True).makedirs("creds", exist_ok=True)
     bad = {"key": SEAWEED_KEY, "secret": "not-the-secret", "client_kwargs": {"endpoint_url": seaweedfs}, "skip_instance_cache": True}
     with pytest.raises(ConfigurationError, match="results storage s3://creds/run1 is not writable .*check the URL, the credentials"):
         RunStore("s3://creds", "run1", fallback_dir=tmp_path, storage_options=bad).check_writable()
@@ -84,7 +85,7 @@ async def test_a_sweep_with_bad_storage_credentials_starts_no_trial(seaweedfs, t
 @pytest.mark.usefixtures("prefect_server")
 async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(seaweedfs, tmp_path):
     fs = s3fs.S3FileSystem(key=SEAWEED_KEY, secret=SEAWEED_SECRET, client_kwargs={"endpoint_url": seaweedfs}, skip_instance_cache=True)
-    fs.mkdir("sweeps")
+    fs.makedirs("sweeps", exist_ok=True)  # a bucket left by an earlier run on the same server is fine: runs have folders of their own
     storage = ResultsStorage(url="s3://sweeps/evals", endpoint_url=seaweedfs, access_key_id=SEAWEED_KEY, secret_access_key=SEAWEED_SECRET)
     await storage.save("seaweed", overwrite=True)
     backend = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
