@@ -1,10 +1,12 @@
 """The results table: schema, incremental parts, compaction and the summary."""
 
+import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from paths import REPO
 
 from prefect_harbor.storage.results import RESULTS_SCHEMA, RowResult, RunTally
 from prefect_harbor.storage.run_store import RunStore
@@ -155,7 +157,7 @@ def test_the_results_schema_derived_from_the_model_is_the_documented_one():
         ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()), ("failure_cause", pa.string()),
         ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),
         ("total_sec", pa.float64()), ("input_tokens", pa.int64()), ("cached_tokens", pa.int64()), ("output_tokens", pa.int64()),
-        ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),
+        ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("host", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),
         ("artifact_uri", pa.string()), ("archive_error", pa.string()), ("verifier_tampering", pa.list_(pa.string())),
         ("started_at", pa.timestamp("us", tz="UTC")), ("finished_at", pa.timestamp("us", tz="UTC")),
     ])  # fmt: skip
@@ -167,3 +169,9 @@ def test_a_result_field_of_a_type_parquet_cannot_hold_is_named():
 
     with pytest.raises(TypeError, match="has no Parquet column type"):
         arrow_type(set[str])
+
+
+def test_the_readme_documents_every_column_of_the_results_table():
+    section = (REPO / "README.md").read_text().split("### The results table", 1)[1].split("\n#", 1)[0]
+    documented = {name for cell in re.findall(r"^\| ([^|]+) \|", section, re.MULTILINE) for name in re.findall(r"`(\w+)`", cell)}
+    assert set(RESULTS_SCHEMA.names) - documented == set()

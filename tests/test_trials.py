@@ -16,7 +16,7 @@ from prefect_harbor.agents.bundles import Bundle
 from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.pyenvs import prepare_env
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
-from prefect_harbor.rows.dataset import DatasetRow
+from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.outcome import outcome
@@ -28,6 +28,7 @@ from prefect_harbor.trial.row_trial import (
     environment_kwargs,
     model_for,
     prepare_task,
+    run_row,
     trial_name_for,
 )  # fmt: skip
 
@@ -299,3 +300,14 @@ def test_a_verifier_error_ends_with_the_verifiers_output(tmp_path):
     (tmp_path / "verifier" / "test-stdout.txt").write_text("".join(f"line {n}\n" for n in range(40)) + "ImportError: no module named pytest\n")
     tail = verifier_output_tail(tmp_path)
     assert tail.startswith("; the verifier's output ends:\n") and tail.endswith("ImportError: no module named pytest") and "line 20\n" not in tail
+
+
+@pytest.mark.parametrize("row", [RowProblem(id="bad", index=0, reason="line 1 is not JSON"), DatasetRow(id="r", metadata={"harbor_task_id": "no-such-task"})])
+async def test_an_attempt_names_the_host_that_ran_it_even_when_refused(tmp_path, row):
+    """With rows spread over several machines (Dask workers today), a row says which one ran it."""
+    import socket
+
+    backend = dataset_backend()
+    run = RunContext(run_id="r", trials_dir=tmp_path / "trials")
+    result = await run_row(row, 0, "t__1", backend, TaskResolver(backend.sources, tmp_path / "fetched"), run, LOG)
+    assert (result.status, result.err_category, result.host) == ("failure", "validation_error", socket.gethostname())

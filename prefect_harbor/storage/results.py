@@ -65,6 +65,9 @@ class RowResult(BaseModel):
     output_tokens: int | None = None
     cost_usd: float | None = None
     final_messages: str | None = Field(default=None, description="The sample's final messages as JSON, when there is a sample.")
+    host: str | None = Field(
+        default=None, description="The machine whose process ran the attempt (its trial, or the check that refused it); null when it never reported."
+    )
     trial_name: str | None = None
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
     artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import shutil
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -242,7 +243,7 @@ async def run_row(
     run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
 ) -> RowResult:  # fmt: skip
     """Run one attempt at a row: its own trial. Returns a result for every outcome except cancellation."""
-    base = base_result(row, index, backend, attempt)
+    base = base_result(row, index, backend, attempt).model_copy(update={"host": socket.gethostname()})
     if isinstance(row, RowProblem):
         return base.model_copy(update={"err_category": "validation_error", "err_message": row.reason, "err_phase": "setup"})
     started = datetime.now().astimezone()

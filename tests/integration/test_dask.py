@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pyarrow.parquet as pq
 import pytest
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
@@ -24,3 +26,4 @@ async def test_a_sweep_runs_its_rows_on_a_dask_local_cluster(tmp_path):
     assert {r["task"]: r["reward"] for r in rows} == EXPECTED_ORACLE_REWARDS
     assert all(r["artifact_uri"] for r in rows)  # archived by the worker, into the shared results
     assert not any((tmp_path / "trials").rglob("result.json"))  # successful trials cleaned up on the workers
+    assert {r["host"] for r in rows} == {socket.gethostname()}  # the machine of the worker that ran each row
