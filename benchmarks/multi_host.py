@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -176,35 +175,6 @@ def deployment_parent_flow(deployment: str, per_host: int, parent: dict[str, Any
 
 
 # ---------------------------------------------------------------- processes: the server and the hosts
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(home: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    api = f"http://127.0.0.1:{port}/api"
-    import httpx
-
-    deadline = time.monotonic() + 240
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"prefect server exited: {log.read_text()[-2000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                return process, api
-        if time.monotonic() > deadline:
-            raise RuntimeError("prefect server did not answer")
-        time.sleep(0.2)
 
 
 def host_env(scratch: Path, host: str, api: str) -> dict[str, str]:
@@ -519,17 +489,22 @@ def report(driver: Driver, args: argparse.Namespace, setup: dict[str, float]) ->
 
 
 async def drive(args: argparse.Namespace, scratch: Path) -> None:
+    from sweep_vs_harbor import prefect_server  # late, as session_cpu: the hosts import this module too
+
     began = time.perf_counter()
-    server, api = start_server(scratch / "server-home", scratch / "server.log")
-    setup = {"server": time.perf_counter() - began}
+    with prefect_server(scratch / "server-home", scratch / "server.log") as (api, server_pid):
+        setup = {"server": time.perf_counter() - began}
+        await drive_hosts(args, scratch, api, server_pid, setup)
+
+
+async def drive_hosts(args: argparse.Namespace, scratch: Path, api: str, server_pid: int, setup: dict[str, float]) -> None:
     driver_env = host_env(scratch, "driver", api)
     os.environ.update(driver_env)
     for key in [k for k in os.environ if k.startswith("PREFECT_") and k not in driver_env]:
         del os.environ[key]
-    driver = Driver(args, scratch, api, server.pid)
+    driver = Driver(args, scratch, api, server_pid)
     try:
         await driver.prepare()
-        began = time.perf_counter()
         driver.start_hosts()
         setup["workers"] = await driver.wait_for_workers()
         await driver.throughput("in-process", driver.in_process)
@@ -547,12 +522,6 @@ async def drive(args: argparse.Namespace, scratch: Path) -> None:
         report(driver, args, setup)
     finally:
         driver.stop_hosts()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
 
 
 def main() -> None:

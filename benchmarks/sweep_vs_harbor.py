@@ -258,7 +258,7 @@ def free_port() -> int:
 def prefect_server(home: Path, log: Path, timeout: float = 240.0):
     """``prefect server start`` on a fresh database in ``home``, output to ``log``; yields the API URL."""
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "false"}
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     with log.open("wb") as out:
         process = subprocess.Popen(
