@@ -54,9 +54,15 @@ def _started(pid: int) -> int:
     return int(_stat(pid)[19])
 
 
-def _marked(pid: int, needle: bytes) -> bool:
+def _environ(pid: int) -> bytes:
+    """Empty while the process has no environment to read: between ``execve`` giving it its new
+    memory and the new environment's address being set, or once it is exiting."""
     with open(f"/proc/{pid}/environ", "rb") as handle:
-        return needle in b"\0" + handle.read(256 * 1024) + b"\0"
+        return handle.read(256 * 1024)
+
+
+def _marked(environ: bytes, needle: bytes) -> bool:
+    return needle in b"\0" + environ + b"\0"
 
 
 def _comm(pid: int) -> bytes:
@@ -80,20 +86,37 @@ def find(procs: str, needle: bytes, over: Callable[[], bool], ready: Callable[[]
                 # environment and a new name would have put the exec's process among the seen).
                 if _comm(pid).startswith(b"runc"):
                     continue
-                if not _marked(pid, needle):
+                environ = _environ(pid)
+                if not environ:  # no environment to read yet: look again (seen, its children would pass for the exec's)
+                    continue
+                if not _marked(environ, needle):
                     seen.add(pid)
                     continue
                 fields = _stat(pid)
                 marked[pid] = (int(fields[1]), int(fields[19]))
             except (OSError, ValueError, IndexError):
                 continue
-        roots = [(started, pid) for pid, (parent, started) in marked.items() if parent not in marked]
+        roots = [(started, pid) for pid, (parent, started) in marked.items() if parent not in marked and not _marked_again(parent, needle, seen)]
         if roots:
             started, pid = min(roots)
             return pid, started
         ready()
         time.sleep(0.0005)
     return None
+
+
+def _marked_again(pid: int, needle: bytes, seen: set[int]) -> bool:
+    """Whether a process passed over as unmarked carries the marker after all (read again before
+    its child is taken for the exec's first process); if so it is looked at again."""
+    if pid not in seen:
+        return False
+    try:
+        again = _marked(_environ(pid), needle)
+    except OSError:
+        return False
+    if again:
+        seen.discard(pid)
+    return again
 
 
 def exit_time(init_pid: int, marker: str, stdin: int, ready: Callable[[], None] = lambda: None) -> int | None:

@@ -63,3 +63,38 @@ def test_the_exec_is_timed_by_its_first_process_not_by_a_child_that_exits_sooner
     time.sleep(0.2)
     exited = int(told(helper))
     assert exited > started + 340_000_000, f"timed at {(exited - started) / 1e6:.0f} ms: the child sleep 0.05 carries the marker too, and exits first"
+
+
+class ProcTable:
+    """A container's processes as :func:`exit_clock.find` reads them, each look a snapshot:
+    ``looks[i]`` maps pid to (parent, environ) for the i-th scan (the last repeats)."""
+
+    def __init__(self, monkeypatch, looks: list[dict[int, tuple[int, bytes]]]):
+        self.looks, self.scan = looks, -1
+        monkeypatch.setattr(exit_clock, "_pids", self.pids)
+        monkeypatch.setattr(exit_clock, "_comm", lambda pid: b"bash\n")
+        monkeypatch.setattr(exit_clock, "_environ", lambda pid: self.now()[pid][1])
+        monkeypatch.setattr(exit_clock, "_stat", lambda pid: [b"S", str(self.now()[pid][0]).encode(), *[b"0"] * 17, str(pid).encode()])
+
+    def now(self) -> dict[int, tuple[int, bytes]]:
+        return self.looks[min(self.scan, len(self.looks) - 1)]
+
+    def pids(self, procs: str) -> list[int]:
+        self.scan += 1
+        return sorted(self.now())
+
+
+MARKED = b"PATH=/bin\0PH=1"
+
+
+def test_a_process_read_mid_exec_with_no_environment_is_looked_at_again_not_passed_over(monkeypatch):
+    # Scan 0: bash has just exec'd, its environment not yet set (reads empty). Scan 1: bash and
+    # the subshell it forked for $(cat …). Passed over at scan 0, the subshell would be taken for
+    # the exec and timed to its own early exit (a separate verifier flagged for its own reward).
+    ProcTable(monkeypatch, [{10: (1, b"")}, {10: (1, MARKED), 11: (10, MARKED)}])
+    assert exit_clock.find("procs", b"\0PH=1\0", over=lambda: False) == (10, 10)
+
+
+def test_a_parent_once_read_as_unmarked_is_read_again_before_its_child_is_taken_for_the_exec(monkeypatch):
+    ProcTable(monkeypatch, [{10: (1, b"PATH=/bin")}, {10: (1, MARKED), 11: (10, MARKED)}])
+    assert exit_clock.find("procs", b"\0PH=1\0", over=lambda: False) == (10, 10)
