@@ -60,8 +60,9 @@ class DurableFolder:
         return self.fs.unstrip_protocol(f"{self.run_path}/{relative}".rstrip("/"))
 
     def check_writable(self) -> None:
-        """Write, read back and delete a probe: wrong credentials fail here, before any trial."""
-        probe = f"{self.run_path}/.write-check"
+        """Write, read back and delete a probe: wrong credentials fail here, before any trial. The
+        probe's name is this check's own: the shards of a sweep on many hosts check one folder at once."""
+        probe = f"{self.run_path}/.write-check-{uuid.uuid4().hex[:12]}"
         try:
             self.fs.makedirs(self.run_path, exist_ok=True)
             self.fs.pipe_file(probe, b"ok")
