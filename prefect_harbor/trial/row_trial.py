@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 import shutil
-import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from prefect_harbor.agents.harness import BundleRuntime, container_input, harnes
 from prefect_harbor.agents.native import native_agent_config
 from prefect_harbor.bounds import read_tail
 from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
+from prefect_harbor.host import host_name
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
@@ -243,7 +243,7 @@ async def run_row(
     run: RunContext, logger: logging.Logger | logging.LoggerAdapter, on_grading: Callable[[], None] | None = None, attempt: int = 1,
 ) -> RowResult:  # fmt: skip
     """Run one attempt at a row: its own trial. Returns a result for every outcome except cancellation."""
-    base = base_result(row, index, backend, attempt).model_copy(update={"host": socket.gethostname()})
+    base = base_result(row, index, backend, attempt).model_copy(update={"host": host_name()})
     if isinstance(row, RowProblem):
         return base.model_copy(update={"err_category": "validation_error", "err_message": row.reason, "err_phase": "setup"})
     started = datetime.now().astimezone()
@@ -304,6 +304,8 @@ def forget_loggers(name: str) -> None:
 def cancelled_result(base: RowResult, run: RunContext | None, trial_name: str | None, started: bool) -> RowResult:
     """The result of a row the sweep cancelled: from Harbor's result.json when the trial ran."""
     message = "cancelled while running" if started else "cancelled before it started"
+    if started:  # it ran here: on many hosts, which one stopped it
+        base = base.model_copy(update={"host": host_name()})
     result_json = run.trials_dir / trial_name / "result.json" if run and trial_name else None
     if result_json is not None and result_json.is_file():
         try:
