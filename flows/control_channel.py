@@ -24,10 +24,17 @@ CONTROL_POLL_SECONDS = 1.0
 class ControlChannel:
     """Publishes the rows' live status and answers cancel requests, through the run folder."""
 
-    def __init__(self, store: RunStore, tracker: RowTracker, logger: logging.Logger | logging.LoggerAdapter):
+    def __init__(
+        self, store: RunStore, tracker: RowTracker, logger: logging.Logger | logging.LoggerAdapter, status_file: str = STATUS_FILE, answers: bool = True,
+    ) -> None:  # fmt: skip
+        """A shard of a sweep on many hosts (``flows/sharding.py``) publishes its own rows' status to
+        its own ``status_file`` and acts on requests without answering them (``answers=False``):
+        the sweep's flow answers, for every host."""
         self.store = store
         self.tracker = tracker
         self.logger = logger
+        self.status_file = status_file
+        self.answers = answers
         self._answered: set[str] = set()
         self._published = -1
 
@@ -44,7 +51,7 @@ class ControlChannel:
 
     async def publish_final(self, state: str) -> None:
         """The rows' last status, under the run's final state (the loop has stopped by now)."""
-        await asyncio.to_thread(self.store.write_bytes, STATUS_FILE, self.tracker.snapshot(state))
+        await asyncio.to_thread(self.store.write_bytes, self.status_file, self.tracker.snapshot(state))
 
     async def _poll(self, scope: CancelScope, cancel_row: Callable[[str], None]) -> None:
         for name in await asyncio.to_thread(self.store.list_names, CONTROL_FOLDER):
@@ -58,15 +65,18 @@ class ControlChannel:
                 continue
             await self._answer(request, scope, cancel_row)
         if self.tracker.version != self._published:
-            await asyncio.to_thread(self.store.write_bytes, STATUS_FILE, self.tracker.snapshot("Running"))
+            await asyncio.to_thread(self.store.write_bytes, self.status_file, self.tracker.snapshot("Running"))
         self._published = self.tracker.version
 
     async def _answer(self, request: CancelRequest, scope: CancelScope, cancel_row: Callable[[str], None]) -> None:
         """Cancel what the request names, then write its answer: each row's disposition."""
         dispositions, to_cancel = self.tracker.apply(request)
+        if not self.answers:  # a shard: only its own rows, and the sweep's flow answers
+            dispositions = {row_id: said for row_id, said in dispositions.items() if said != "not_found"}
         self.logger.warning(f"Cancel request {request.request_id}: {dict(list(dispositions.items())[:20])}")
         for row_id in to_cancel:
             cancel_row(row_id)
         if request.all:
             scope.request("all rows were cancelled")
-        await asyncio.to_thread(self.store.write_bytes, request.result_path, json.dumps(dispositions).encode())
+        if self.answers:
+            await asyncio.to_thread(self.store.write_bytes, request.result_path, json.dumps(dispositions).encode())

@@ -86,16 +86,32 @@ class RunFolder:
             if resume:
                 logger.info(f"This is a retry of flow run {current_flow_run_id()}: resuming its own run folder {resume}")
         root, run_id = split_run_folder(resume) if resume else (results_root, new_run_id())
-        run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
-        store = RunStore(
-            root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=options, logger=logger,
-        )  # fmt: skip
-        await asyncio.to_thread(store.check_writable)
+        folder = await cls._at(config, root, run_id, options, bundle, mounts, logger, resuming=bool(resume))
         try:
             await mark_crashed(await asyncio.to_thread(find_stale_runs, root, options), logger)
         except Exception as error:  # tidying up after dead runs must never stop this one
             logger.warning(f"Could not check {root} for runs whose process died: {type(error).__name__}: {error}")
-        return cls(store, run, options, resuming=bool(resume), logger=logger)
+        return folder
+
+    @classmethod
+    async def join(
+        cls, config: BackendSpec, storage: ResultsStorage | None, run_folder: str, bundle: BundleRuntime | None, mounts: tuple[dict, ...],
+        logger: logging.Logger | logging.LoggerAdapter,
+    ) -> RunFolder:  # fmt: skip
+        """The folder of a sweep running on many hosts, as one of its shards writes into it: its
+        rows' parts and archives only (the sweep's own flow keeps the manifest and heartbeat)."""
+        root, run_id = split_run_folder(run_folder)
+        return await cls._at(config, root, run_id, storage.storage_options() if storage else None, bundle, mounts, logger, resuming=True)
+
+    @classmethod
+    async def _at(
+        cls, config: BackendSpec, root: str, run_id: str, options: dict[str, Any] | None, bundle: BundleRuntime | None, mounts: tuple[dict, ...],
+        logger: logging.Logger | logging.LoggerAdapter, resuming: bool,
+    ) -> RunFolder:  # fmt: skip
+        run = RunContext(run_id=run_id, trials_dir=Path(config.trials_dir).expanduser().resolve() / run_id, bundle=bundle, mounts=mounts)
+        store = RunStore(root, run_id, fallback_dir=run.trials_dir / "_unsent", storage_options=options, logger=logger)
+        await asyncio.to_thread(store.check_writable)
+        return cls(store, run, options, resuming=resuming, logger=logger)
 
     async def begin(self, info: DatasetInfo, configuration: dict, backend_block: str | None, rerun_of: str | None) -> dict[tuple[int, int], RowResult]:
         """Mark the run Running (a resumed run checked and its finished attempts returned, by row index and attempt) and keep its heartbeat."""

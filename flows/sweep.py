@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,8 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
+from prefect_harbor.flows.sharding import Shards, missing, refuse_unshareable
+from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.sandbox.janitor import reap_orphans
@@ -83,6 +86,7 @@ async def evaluation_sweep(
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
     attempts: int | None = None,
+    shards: int = 1,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -105,6 +109,9 @@ async def evaluation_sweep(
             100 rows each), because Prefect's cost per task run outweighs a quick trial's.
         attempts: Overrides the backend's attempts for this run: independent trials per row,
             each with its own result row and archive (pass@k for k up to this).
+        shards: Spread the rows over this many hosts: each shard is a run of the sweep-shard
+            deployment, taken by a worker on its pool (a task's rows stay on one host). Needs
+            results every host can reach (s3://…) and the blocks by name.
 
     Rows run in ``n_concurrent`` lanes; a lane reads the next row from the dataset only
     when it is free, so a large dataset never becomes thousands of pending task runs.
@@ -115,6 +122,7 @@ async def evaluation_sweep(
     spec = config.spec()  # what every step below takes; the block itself stays for the subflow and the manifest
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
+    shard_parameters = sharing(shards, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
         folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
@@ -124,7 +132,7 @@ async def evaluation_sweep(
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
             await figures.open_job(folder, spec, selection.units, runtimes.redactor, logger)
-            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm else folder.run
+            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm and shards < 2 else folder.run  # shards prewarm their own
             plan = LanePlan.of(spec, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
             resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
             sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)
@@ -133,7 +141,10 @@ async def evaluation_sweep(
             announce(spec, folder, selection, plan, logger)
             trials = TrialRunner(sweep, plan)
             channel = ControlChannel(folder.store, tracker, logger)
-            scope = await run_lanes(plan, trials, selection, kept, recorder, channel, logger)
+            if shards > 1:
+                scope = await run_shards(shards, folder, selection, kept, recorder, channel, logger, shard_parameters)
+            else:
+                scope = await run_lanes(plan, trials, selection.attempts_to_run(), kept, recorder, channel, logger)
             summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set())
         except BaseException as error:
             await folder.fail(error, tally.rows)
@@ -238,12 +249,12 @@ def announce(config: BackendSpec, folder: RunFolder, selection: Selection, plan:
 
 
 async def run_lanes(
-    plan: LanePlan, trials: TrialRunner, selection: Selection, kept: frozenset[tuple[int, int]], recorder: Recorder, channel: ControlChannel,
+    plan: LanePlan, trials: TrialRunner, units: Iterator[RowAttempt], kept: frozenset[tuple[int, int]], recorder: Recorder, channel: ControlChannel,
     logger: Logger,
 ) -> CancelScope:  # fmt: skip
-    """Every attempt of the run to its result row, the control channel served meanwhile; the scope tells whether the sweep was stopped."""
+    """Every attempt of ``units`` to its result row, the control channel served meanwhile; the scope tells whether the sweep was stopped."""
     async with CancelScope(get_run_context().flow_run.id, logger) as scope:
-        admission = Admission(selection.attempts_to_run(), kept, recorder, scope)
+        admission = Admission(units, kept, recorder, scope)
         lanes = Lanes(plan, trials, admission, recorder, channel.tracker, scope, logger)
         control = asyncio.create_task(channel.serve(scope, lanes.cancel))
         try:
@@ -251,6 +262,49 @@ async def run_lanes(
             await lanes.record_never_started()
         finally:
             control.cancel()
+    return scope
+
+
+def sharing(
+    shards: int, dataset: str, backend_block: str | None, storage: ResultsStorage | None, storage_block: str | None, results: str,
+    concurrency: int | None, attempts: int | None, rerun_failed: str | None, prewarm: bool, rows_per_task_run: int | None,
+) -> dict:  # fmt: skip
+    """What every shard of a sweep on many hosts is given (less its run folder and number); refused
+    before anything starts when the hosts could not share it."""
+    if shards < 1:
+        raise ConfigurationError(f"shards: {shards} is not a host count; give 1 (this host) or more.")
+    storage_name = storage_block or (storage._block_document_name if storage is not None else None)
+    refuse_unshareable(shards, storage.url if storage is not None else results, backend_block, storage, storage_name)
+    return {
+        "dataset": dataset, "backend_block": backend_block, "storage_block": storage_name, "concurrency": concurrency, "attempts": attempts,
+        "rerun_failed": rerun_failed, "prewarm": prewarm, "rows_per_task_run": rows_per_task_run,
+    }  # fmt: skip
+
+
+async def run_shards(
+    count: int, folder: RunFolder, selection: Selection, kept: frozenset[tuple[int, int]], recorder: Recorder, channel: ControlChannel,
+    logger: Logger, parameters: dict,
+) -> CancelScope:  # fmt: skip
+    """The run's attempts on ``count`` shards (``flows/sharding.py``), the control channel served
+    meanwhile; then every attempt the shards recorded counted, and those none did recorded cancelled."""
+    shards = Shards(count, {**parameters, "run_folder": folder.store.uri()}, folder.store, channel.tracker, logger)
+    async with CancelScope(get_run_context().flow_run.id, logger) as scope:
+        control = asyncio.create_task(channel.serve(scope, lambda row_id: None))  # each shard stops its own rows
+        try:
+            await shards.run(scope.requested)
+        finally:
+            control.cancel()
+    recorded = await asyncio.to_thread(folder.store.gather_parts)
+    for result in recorded:
+        if (result.row_index, result.attempt) not in kept:
+            recorder.tally.add(result)
+            channel.tracker.set(result.row_id, result.status, result.attempt)
+    left = await asyncio.to_thread(missing, selection.attempts_to_run(), recorded)
+    if left:
+        logger.warning(f"{len(left)} attempts were run by no shard: recorded cancelled")
+        await recorder.record_never_started(left)
+        for unit in left:
+            channel.tracker.set(unit.row.id, "cancelled", unit.attempt)
     return scope
 
 

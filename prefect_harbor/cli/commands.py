@@ -224,6 +224,9 @@ def sweep(
     attempts: Annotated[
         int | None, typer.Option(min=1, help="Independent trials per row, each its own result row and archive (default: the backend's attempts, 1); pass@k for k up to this.")
     ] = None,
+    shards: Annotated[
+        int, typer.Option(min=1, help="Spread the rows over this many hosts: sweep-shard deployment runs on its pool (a real server, --storage-block, --backend-block).")
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -249,8 +252,9 @@ def sweep(
         state = asyncio.run(
             evaluation_sweep(
                 dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, attempts=attempts, return_state=True,
-            )
+                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, attempts=attempts, shards=shards,
+                return_state=True,
+            )  # fmt: skip
         )
     summary = state.result(raise_on_failure=False)
     if isinstance(summary, ConfigurationError):  # found once the flow could check it: storage, blocks

@@ -97,6 +97,17 @@ class RunStore(DurableFolder):
                 self.logger.warning(f"Could not remove {self.uri('parts')}; results.parquet holds every row")
         return location, rows
 
+    def gather_parts(self) -> list[RowResult]:
+        """A sweep on many hosts: each host wrote its rows as parts, so what :meth:`compact` writes
+        is what the parts hold, not what this process spooled."""
+        rows = self.read_results()
+        self.spool.drain()
+        self.spool.remove()
+        self.spool = RowSpool(self.spool.path)
+        if rows:
+            self.spool.add(to_table(sorted(rows, key=lambda r: (r.row_index, r.attempt))))
+        return rows
+
     # ---------------------------------------------------------------- the read path
 
     def read_results(self) -> list[RowResult]:

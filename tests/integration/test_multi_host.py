@@ -1,0 +1,203 @@
+"""Issue 31: one sweep on two hosts, on Prefect's own machinery (``flows/sharding.py``).
+
+A real ``prefect server``, moto's S3 server, and two process workers started as two hosts would
+be: each in its own working directory, with its own Prefect home and host name
+(``PREFECT_HARBOR_HOST``) and a limit of one shard, on the same podman. The sweep itself runs in
+a process of its own, as the CLI's would, with ``shards=2``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import s3fs
+from deployment_helpers import BIN, REPO, api_env, prefect_server, terminate, wait_until
+from tasks_factory import write_task
+
+from prefect_harbor.sandbox.engine import podman_sync
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOSTS = ("host-1", "host-2")
+BUCKET = "multihost"
+
+
+class TwoHosts:
+    def __init__(self, base: str, env: dict, scratch: Path, endpoint: str):
+        self.base, self.env, self.scratch, self.endpoint = base, env, scratch, endpoint
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
+
+    def start_worker(self, host: str) -> None:
+        home = self.scratch / host
+        (home / "prefect").mkdir(parents=True, exist_ok=True)
+        if not (home / "flows").exists():
+            (home / "flows").symlink_to(REPO / "flows")  # the project's checkout on that host
+        env = {**self.env, "PREFECT_HOME": str(home / "prefect"), "PREFECT_HARBOR_HOST": host, "TMPDIR": str(home)}
+        self.workers[host] = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", "harbor-process", "--limit", "1", "--name", host],
+            env=env, cwd=home, stdout=open(home / "worker.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def sweep(self, dataset: Path, name: str) -> subprocess.Popen:
+        """``evaluation_sweep(shards=2)`` in a process of its own; it prints the summary's JSON."""
+        code = (
+            "import asyncio\nfrom prefect_harbor.flows import evaluation_sweep\n"
+            "async def main():\n"
+            f"    state = await evaluation_sweep(dataset={str(dataset)!r}, backend_block='mh-oracle', storage_block='mh-moto', shards=2, return_state=True)\n"
+            "    print('SUMMARY', (await state.aresult(raise_on_failure=False)).model_dump_json())\n"
+            "asyncio.run(main())\n"
+        )
+        driver = self.scratch / f"driver-{name}"
+        driver.mkdir()
+        return subprocess.Popen([str(BIN / "python"), "-c", code], env={**self.env, "TMPDIR": str(driver)}, cwd=driver,
+                                stdout=open(driver / "sweep.log", "wb"), stderr=subprocess.STDOUT)  # fmt: skip
+
+    def log(self, name: str) -> str:
+        logs = [(self.scratch / f"driver-{name}" / "sweep.log").read_text(errors="replace")[-4000:]]
+        logs += [f"--- {host}\n" + (self.scratch / host / "worker.log").read_text(errors="replace")[-3000:] for host in HOSTS]
+        return "\n".join(logs)
+
+    def runs(self) -> list[str]:
+        self.fs.invalidate_cache()
+        return sorted(path for path in self.fs.ls(f"{BUCKET}/evals") if path.rsplit("/", 1)[-1][:1].isdigit())  # run ids start with the date
+
+    def results(self, run: str) -> list[dict]:
+        import pyarrow.parquet as pq
+
+        with self.fs.open(f"{run}/results.parquet", "rb") as handle:
+            return pq.read_table(handle).to_pylist()
+
+    def flow_runs(self, flow: str) -> list[dict]:
+        every = httpx.post(f"{self.base}/api/flow_runs/filter", json={"flows": {"name": {"any_": [flow]}}}, timeout=30).json()
+        return sorted(every, key=lambda run: run["created"])
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[TwoHosts]:
+    scratch = tmp_path_factory.mktemp("multi-host")
+    with prefect_server(scratch / "server") as base:
+        env = {**api_env(base, scratch), "PREFECT_WORKER_QUERY_SECONDS": "1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        prefect = str(BIN / "prefect")
+        subprocess.run([prefect, "work-pool", "create", "harbor-process", "--type", "process", "--overwrite"], env=env, check=True, capture_output=True)
+        deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--all"], env=env, cwd=REPO, capture_output=True, text=True)
+        assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+        tasks = scratch / "tasks"
+        for name in ("mh-a", "mh-b", "mh-c", "mh-d"):
+            write_task(tasks, name, solve='sleep "${MH_SLEEP:-2}"')
+        for name in ("mh-long", "mh-long2"):
+            write_task(tasks, name, solve="sleep 600")
+        write_task(tasks, "mh-mid", solve="sleep 12")
+        code = (
+            "from prefect_harbor.blocks import HarborBackend, ResultsStorage; "
+            f"HarborBackend(tasks_dir={str(tasks)!r}, task_mode='dataset', agent='oracle', trials_dir={str(scratch / 'trials')!r}, n_concurrent=2)"
+            ".save('mh-oracle', overwrite=True); "
+            f"ResultsStorage(url='s3://{BUCKET}/evals', endpoint_url={moto_endpoint!r}, access_key_id='testing', secret_access_key='testing').save('mh-moto', overwrite=True)"
+        )
+        subprocess.run([str(BIN / "python"), "-c", code], env=env, check=True)
+        two = TwoHosts(base, env, scratch, moto_endpoint)
+        two.fs.mkdir(BUCKET)
+        for host in HOSTS:
+            two.start_worker(host)
+        try:
+            yield two
+        finally:
+            for worker in two.workers.values():
+                terminate(worker, timeout=20, group=True)
+
+
+def dataset(path: Path, rows: list[tuple[str, str]]) -> Path:
+    path.write_text("".join(json.dumps({"id": row_id, "metadata": {"harbor_task_id": task}}) + "\n" for row_id, task in rows))
+    return path
+
+
+def finished(sweep: subprocess.Popen, hosts: TwoHosts, name: str, timeout: float) -> dict:
+    try:
+        sweep.wait(timeout)
+    except subprocess.TimeoutExpired:
+        sweep.kill()
+        raise AssertionError(f"the sweep did not finish in {timeout:.0f} s:\n{hosts.log(name)}") from None
+    log = (hosts.scratch / f"driver-{name}" / "sweep.log").read_text(errors="replace")
+    said = [line for line in log.splitlines() if line.startswith("SUMMARY ")]
+    assert said, f"the sweep said no summary (rc {sweep.returncode}):\n{hosts.log(name)}"
+    return json.loads(said[-1].removeprefix("SUMMARY "))
+
+
+def containers_of(prefix: str) -> list[str]:
+    return [name for name in podman_sync("ps", "-a", "--format", "{{.Names}}").text.split() if prefix in name]
+
+
+def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
+    rows = [("mh-1", "mh-a"), ("mh-2", "mh-a"), ("mh-3", "mh-b"), ("mh-4", "mh-c"), ("mh-5", "mh-d"), ("mh-6", "mh-d")]
+    summary = finished(hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "both"), hosts, "both", 300)
+    results = {row["row_id"]: row for row in hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])}
+    assert sorted(results) == [row_id for row_id, _ in rows] and {r["status"] for r in results.values()} == {"success"}, hosts.log("both")
+    assert {r["host"] for r in results.values()} == set(HOSTS), {row_id: r["host"] for row_id, r in results.items()}
+    by_task: dict[str, set[str]] = {}
+    for row_id, task in rows:
+        by_task.setdefault(task, set()).add(results[row_id]["host"])
+    assert all(len(seen) == 1 for seen in by_task.values()), by_task  # a task's rows on one host: one image build
+    assert summary["rows"] == 6 and summary["mean_reward"] == 1.0
+    shards = hosts.flow_runs("sweep-shard")[-2:]
+    assert [run["state_type"] for run in shards] == ["COMPLETED", "COMPLETED"]
+    parent = hosts.flow_runs("evaluation-sweep")[-1]
+    assert all(run["parent_task_run_id"] for run in shards) and parent["state_type"] == "COMPLETED"  # shards are subflows of the sweep
+    assert not containers_of("mh-"), containers_of("mh-")
+
+
+def test_cancelling_the_sweep_stops_the_rows_on_every_host(hosts, tmp_path):
+    rows = [("mhc-1", "mh-long"), ("mhc-2", "mh-long2"), ("mhc-3", "mh-long"), ("mhc-4", "mh-long2"), ("mhc-5", "mh-long")]
+    sweep = hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "cancel")  # a task to each host, 2 rows at a time: 1 queued
+    wait_until(lambda: all(containers_of(row_id) for row_id in ("mhc-1", "mhc-2", "mhc-3", "mhc-4")), 180, "rows running on both hosts")
+    parent = hosts.flow_runs("evaluation-sweep")[-1]
+    asked = time.monotonic()
+    httpx.post(f"{hosts.base}/api/flow_runs/{parent['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
+    wait_until(lambda: not containers_of("mhc-"), 60, "every row's container gone")
+    stopped = time.monotonic() - asked
+    summary = finished(sweep, hosts, "cancel", 120)
+    results = {row["row_id"]: row for row in hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])}
+    assert sorted(results) == [row_id for row_id, _ in rows], hosts.log("cancel")
+    assert {r["status"] for r in results.values()} == {"cancelled"}, [(r["row_id"], r["status"], r["err_message"]) for r in results.values()]
+    assert {results[row_id]["host"] for row_id in ("mhc-1", "mhc-2")} == set(HOSTS)  # it stopped rows on both hosts
+    print(f"cancel -> every container gone in {stopped:.1f} s")
+    assert stopped < 30, stopped
+
+
+def test_a_host_killed_mid_row_has_its_rows_run_again_never_twice(hosts, tmp_path):
+    rows = [("mhk-1", "mh-mid"), ("mhk-2", "mh-mid"), ("mhk-3", "mh-c"), ("mhk-4", "mh-c")]
+    sweep = hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "kill")
+    wait_until(lambda: containers_of("mhk-1") and containers_of("mhk-2"), 180, "the long rows running")
+    run = hosts.runs()[-1]
+    shard = wait_until(lambda: shard_running(hosts, run, "mhk-1"), 60, "the status file of the shard that runs mhk-1")
+    pid = json.loads(hosts.fs.cat(f"{run}/shards/{shard}.heartbeat.json"))["pid"]
+    host = next(h for h in HOSTS if pid in {p.pid for p in psutil.Process(hosts.workers[h].pid).children(recursive=True)})
+    for process in [psutil.Process(hosts.workers[host].pid), *psutil.Process(hosts.workers[host].pid).children(recursive=True)]:
+        process.kill()  # the host dies: its worker, its shard's process and their children
+    for name in containers_of("mhk-1") + containers_of("mhk-2"):  # and its containers with it
+        podman_sync("rm", "-f", "-t", "0", name)
+    hosts.start_worker(host)  # back later: the re-run goes to whichever host takes it
+    summary = finished(sweep, hosts, "kill", 300)
+    results = hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])
+    assert sorted(r["row_id"] for r in results) == [row_id for row_id, _ in rows], hosts.log("kill")  # each once
+    assert {r["status"] for r in results} == {"success"}, [(r["row_id"], r["status"], r["err_message"]) for r in results]
+    assert f"Shard {int(shard[-1]) + 1} (" in hosts.log("kill") and "run again" in hosts.log("kill")
+    states = [r["state_type"] for r in hosts.flow_runs("sweep-shard")[-3:]]
+    assert sorted(states) == ["COMPLETED", "COMPLETED", "CRASHED"], states  # the dead host's shard says so, not Running
+
+
+def shard_running(hosts: TwoHosts, run: str, row_id: str) -> str | None:
+    """The shard (``shard-0`` or ``shard-1``) whose status file says ``row_id`` is running."""
+    for number in (0, 1):
+        try:
+            if json.loads(hosts.fs.cat(f"{run}/shards/shard-{number}.status.json"))["rows"].get(row_id) == "running":
+                return f"shard-{number}"
+        except FileNotFoundError:
+            continue
+    return None
