@@ -98,6 +98,21 @@ def refuse_unshareable(shards: int, results_root: str, backend_block: str | None
         raise ConfigurationError("storage: a sweep on many hosts hands each host its storage by name; save it as a Results Storage block and give storage_block.")
 
 
+async def check_shard_deployment(deployment: str = SHARD_DEPLOYMENT) -> None:
+    """The shards' deployment exists on this server, before anything starts."""
+    from prefect.exceptions import ObjectNotFound
+
+    async with get_client() as client:
+        try:
+            await client.read_deployment_by_name(deployment)
+        except ObjectNotFound:
+            raise ConfigurationError(
+                f"shards: the {deployment} deployment is not on this Prefect server; deploy it with "
+                "`prefect deploy --prefect-file deployments/prefect.yaml --all` and start a worker on each host "
+                "(`prefect worker start --pool harbor-process --limit 1`)."
+            ) from None
+
+
 async def keep_heartbeat(store: RunStore, shard: int, flow_run_id: str, every: float) -> None:
     """A shard's sign of life, in the run folder: the sweep runs its rows again when it goes stale."""
     while True:

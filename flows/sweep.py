@@ -47,7 +47,7 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.flows.sharding import Shards, missing, refuse_unshareable
+from prefect_harbor.flows.sharding import Shards, check_shard_deployment, missing, refuse_unshareable
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.rows.sources import TaskResolver
@@ -123,6 +123,8 @@ async def evaluation_sweep(
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
     shard_parameters = sharing(shards, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
+    if shards > 1:
+        await check_shard_deployment()
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
         folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)

@@ -36,3 +36,17 @@ def test_blocks_must_be_saved_to_be_handed_to_other_hosts():
     with pytest.raises(ConfigurationError, match="save it as a Results Storage block"):
         refuse_unshareable(2, "s3://bucket/evals", "nightly", object(), None)
     refuse_unshareable(2, "s3://bucket/evals", "nightly", object(), "results-s3")
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("prefect_server")
+async def test_a_sweep_on_many_hosts_without_the_shard_deployment_fails_before_anything_starts_naming_the_fix(tmp_path):
+    from paths import EXAMPLE_DATASET, EXAMPLE_TASKS
+
+    from prefect_harbor.blocks import HarborBackend
+    from prefect_harbor.flows import evaluation_sweep
+
+    await HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials")).save("shards-no-deployment", overwrite=True)
+    with pytest.raises(ConfigurationError, match=r"sweep-shard/shard deployment is not on this Prefect server; deploy it with .*prefect worker start"):
+        await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend_block="shards-no-deployment", results="s3://nowhere/evals", shards=2)
+    assert not (tmp_path / "trials").exists()
