@@ -75,7 +75,9 @@ PROGRESS_INTERVAL_SECONDS = 10.0
 class Progress:
     """A progress artifact updated as rows finish: at most every ``interval`` seconds, and at the end."""
 
-    def __init__(self, total: int, interval: float = PROGRESS_INTERVAL_SECONDS):
+    def __init__(self, total: int, interval: float = PROGRESS_INTERVAL_SECONDS, key: str = PROGRESS_KEY):
+        """``key``: a shard of a sweep on many hosts keeps its own (the sweep's shows the whole run)."""
+        self.key = key
         self.total = max(total, 1)
         self.done = 0
         self.shown = -1.0
@@ -84,14 +86,18 @@ class Progress:
         self.artifact_id: UUID | None = None
 
     async def start(self) -> None:
-        self.artifact_id = await acreate_progress_artifact(0.0, key=PROGRESS_KEY, description="Rows finished (%)")
+        self.artifact_id = await acreate_progress_artifact(0.0, key=self.key, description="Rows finished (%)")
 
     def skip(self) -> None:
         """A row that needs no work (kept from a resumed run): counted, shown with the next update."""
         self.done += 1
 
     async def advance(self) -> None:
-        self.done += 1
+        await self.reach(self.done + 1)
+
+    async def reach(self, done: int) -> None:
+        """``done`` rows have finished (counted elsewhere: the shards of a sweep on many hosts)."""
+        self.done = done
         percent = round(100 * self.done / self.total, 1)
         due = percent > self.shown and (self.shown_at is None or time.monotonic() - self.shown_at >= self.interval)
         if self.artifact_id is not None and (due or self.done == self.total):
@@ -163,8 +169,8 @@ class RowsTable:
     finish, then every :data:`ROWS_TABLE_ROWS` rows or :data:`ROWS_TABLE_SECONDS` seconds, and at
     the end. It lists the first ``tally.rows_kept`` rows to finish; every row is in the results."""
 
-    def __init__(self, tally: RunTally, total: int, interval: float = ROWS_TABLE_SECONDS, every: int = ROWS_TABLE_ROWS):
-        self.tally, self.total, self.interval, self.every = tally, total, interval, every
+    def __init__(self, tally: RunTally, total: int, interval: float = ROWS_TABLE_SECONDS, every: int = ROWS_TABLE_ROWS, key: str = ROWS_KEY):
+        self.tally, self.total, self.interval, self.every, self.key = tally, total, interval, every, key
         self.shown_rows = 0
         self.shown_at: float | None = None
         # Made in the flow run: published from a row's task run, the artifact would be filed under that task run.
@@ -184,7 +190,7 @@ class RowsTable:
         rows = sorted(self.tally.first_rows, key=lambda row: row["index"])
         self.shown_rows, self.shown_at = len(rows), time.monotonic()
         table = [{key: value for key, value in row.items() if key != "index"} for row in rows]
-        await asyncio.create_task(acreate_table_artifact(key=ROWS_KEY, table=table, description=description), context=self._flow_context.copy())
+        await asyncio.create_task(acreate_table_artifact(key=self.key, table=table, description=description), context=self._flow_context.copy())
 
     async def finish(self, summary: SweepSummary) -> None:
         listed = len(self.tally.first_rows)

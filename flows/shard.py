@@ -19,7 +19,7 @@ from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, r
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.lanes import LanePlan, TrialRunner
 from prefect_harbor.flows.recorder import Recorder
-from prefect_harbor.flows.reporting import Progress, RowsTable
+from prefect_harbor.flows.reporting import PROGRESS_KEY, ROWS_KEY, Progress, RowsTable
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
 from prefect_harbor.flows.sharding import ShardSplit, keep_heartbeat, status_file
@@ -76,7 +76,8 @@ async def sweep_shard(
         resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
         sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)
         tally = RunTally()
-        recorder = Recorder(sweep, Progress(to_run), RowsTable(tally, to_run), tally, logger)
+        keys = f"-shard-{shard}"  # the sweep's own artifacts show the whole run
+        recorder = Recorder(sweep, Progress(to_run, key=PROGRESS_KEY + keys), RowsTable(tally, to_run, key=ROWS_KEY + keys), tally, logger)
         await recorder.start()
         channel = ControlChannel(folder.store, RowTracker(list(tracked), tracked), logger, status_file=status_file(shard), answers=False)
         heartbeat = asyncio.create_task(keep_heartbeat(folder.store, shard, current_flow_run_id(), HEARTBEAT_SECONDS))

@@ -37,6 +37,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelled, Cancelling, Crashed
 
 from prefect_harbor.config import ConfigurationError
+from prefect_harbor.flows.reporting import Progress
 from prefect_harbor.rows.attempts import Row, RowAttempt
 from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.storage.control import Heartbeat, RowTracker
@@ -139,6 +140,7 @@ class Shards:
     parameters: dict[str, Any]
     store: RunStore
     tracker: RowTracker
+    progress: Progress
     logger: Logger
     deployment: str = SHARD_DEPLOYMENT
     _live: dict[int, _Shard] = field(default_factory=dict, init=False)
@@ -168,6 +170,7 @@ class Shards:
 
     async def _look(self, client: PrefectClient, stopping: bool) -> None:
         await asyncio.to_thread(self._merge_status)
+        await self.progress.reach(self.tracker.finished)
         for number, shard in list(self._live.items()):
             flow_run = await client.read_flow_run(shard.flow_run.id)
             state = flow_run.state

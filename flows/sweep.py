@@ -289,7 +289,7 @@ async def run_shards(
 ) -> CancelScope:  # fmt: skip
     """The run's attempts on ``count`` shards (``flows/sharding.py``), the control channel served
     meanwhile; then every attempt the shards recorded counted, and those none did recorded cancelled."""
-    shards = Shards(count, {**parameters, "run_folder": folder.store.uri()}, folder.store, channel.tracker, logger)
+    shards = Shards(count, {**parameters, "run_folder": folder.store.uri()}, folder.store, channel.tracker, recorder.progress, logger)
     async with CancelScope(get_run_context().flow_run.id, logger) as scope:
         control = asyncio.create_task(channel.serve(scope, lambda row_id: None))  # each shard stops its own rows
         try:

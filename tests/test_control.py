@@ -33,3 +33,10 @@ def test_status_snapshots_count_rows_and_answer_unknown_ids():
     snapshot = json.loads(tracker().snapshot("Running"))
     assert snapshot["counts"] == {"running": 1, "queued": 1, "grading": 1, "success": 1}
     assert status_of(snapshot, "a2") == "queued" and status_of(snapshot, "nope") == "unknown"
+
+
+def test_finished_counts_attempts_with_a_result_whatever_it_was():
+    tracker = RowTracker(["a", "b", "c"], attempts=2)
+    for row_id, attempt, status in [("a", 1, "success"), ("a", 2, "failure"), ("b", 1, "running"), ("c", 2, "cancelled"), ("c", 1, "grading")]:
+        tracker.set(row_id, status, attempt)
+    assert tracker.finished == 3

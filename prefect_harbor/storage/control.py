@@ -90,6 +90,11 @@ class RowTracker:
         return next((status for status in ROW_STATUS_ORDER if status in present), "unknown")
 
     @property
+    def finished(self) -> int:
+        """How many attempts have their result (success, failure or cancelled)."""
+        return sum(status in ("success", "failure", "cancelled") for statuses in self.attempts.values() for status in statuses.values())
+
+    @property
     def several(self) -> bool:
         """Whether any row has attempts other than just its first."""
         return any(len(statuses) > 1 or 1 not in statuses for statuses in self.attempts.values())

@@ -149,6 +149,8 @@ def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
     assert [run["state_type"] for run in shards] == ["COMPLETED", "COMPLETED"]
     parent = hosts.flow_runs("evaluation-sweep")[-1]
     assert all(run["parent_task_run_id"] for run in shards) and parent["state_type"] == "COMPLETED"  # shards are subflows of the sweep
+    progress = httpx.get(f"{hosts.base}/api/artifacts/evaluation-sweep-progress/latest", timeout=30).json()
+    assert (progress["flow_run_id"], progress["data"]) == (parent["id"], 100.0)  # the sweep's, for the whole run: shards keep their own keys
     assert not containers_of("mh-"), containers_of("mh-")
 
 
@@ -156,6 +158,17 @@ def test_cancelling_the_sweep_stops_the_rows_on_every_host(hosts, tmp_path):
     rows = [("mhc-1", "mh-long"), ("mhc-2", "mh-long2"), ("mhc-3", "mh-long"), ("mhc-4", "mh-long2"), ("mhc-5", "mh-long")]
     sweep = hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "cancel")  # a task to each host, 2 rows at a time: 1 queued
     wait_until(lambda: all(containers_of(row_id) for row_id in ("mhc-1", "mhc-2", "mhc-3", "mhc-4")), 180, "rows running on both hosts")
+    run = hosts.runs()[-1]
+    wait_until(lambda: {shard_running(hosts, run, row_id) for row_id in ("mhc-1", "mhc-2")} == {"shard-0", "shard-1"}, 60, "both shards' status")
+    wait_until(lambda: sweep_status(hosts, run, "mhc-1", "mhc-2") == ["running", "running"], 30, "the sweep's status.json to show both hosts' rows running")
+    # A partial cancel, as from any machine: the sweep answers for every host, the host that runs the row stops it.
+    partial = subprocess.run(
+        [str(BIN / "prefect-harbor"), "cancel", f"s3://{run}", "mhc-1", "mhc-2", "--storage-block", "mh-moto", "--json"],
+        env=hosts.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert partial.returncode == 0 and json.loads(partial.stdout) == {"mhc-1": "cancelled_running", "mhc-2": "cancelled_running"}, partial.stdout + partial.stderr
+    wait_until(lambda: not containers_of("mhc-1") and not containers_of("mhc-2"), 60, "the two cancelled rows' containers gone")
+    assert containers_of("mhc-3") and containers_of("mhc-4"), "the rest still run"
     parent = hosts.flow_runs("evaluation-sweep")[-1]
     asked = time.monotonic()
     httpx.post(f"{hosts.base}/api/flow_runs/{parent['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
@@ -166,6 +179,7 @@ def test_cancelling_the_sweep_stops_the_rows_on_every_host(hosts, tmp_path):
     assert sorted(results) == [row_id for row_id, _ in rows], hosts.log("cancel")
     assert {r["status"] for r in results.values()} == {"cancelled"}, [(r["row_id"], r["status"], r["err_message"]) for r in results.values()]
     assert {results[row_id]["host"] for row_id in ("mhc-1", "mhc-2")} == set(HOSTS)  # it stopped rows on both hosts
+    assert {results[row_id]["host"] for row_id in ("mhc-3", "mhc-4")} == set(HOSTS)
     print(f"cancel -> every container gone in {stopped:.1f} s")
     assert stopped < 30, stopped
 
@@ -201,3 +215,12 @@ def shard_running(hosts: TwoHosts, run: str, row_id: str) -> str | None:
         except FileNotFoundError:
             continue
     return None
+
+
+def sweep_status(hosts: TwoHosts, run: str, *row_ids: str) -> list[str | None]:
+    """The rows' status in the sweep's own status.json (merged from every host's)."""
+    try:
+        rows = json.loads(hosts.fs.cat(f"{run}/status.json"))["rows"]
+    except FileNotFoundError:
+        return [None for _ in row_ids]
+    return [rows.get(row_id) for row_id in row_ids]
