@@ -94,7 +94,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
             write_task(tasks, name, solve='sleep "${MH_SLEEP:-2}"')
         for name in ("mh-long", "mh-long2"):
             write_task(tasks, name, solve="sleep 600")
-        write_task(tasks, "mh-mid", solve="sleep 12")
+        write_task(tasks, "mh-mid", solve="sleep 20")
         code = (
             "from prefect_harbor.blocks import HarborBackend, ResultsStorage; "
             f"HarborBackend(tasks_dir={str(tasks)!r}, task_mode='dataset', agent='oracle', trials_dir={str(scratch / 'trials')!r}, n_concurrent=2)"
@@ -189,7 +189,7 @@ def test_a_host_killed_mid_row_has_its_rows_run_again_never_twice(hosts, tmp_pat
     sweep = hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "kill")
     wait_until(lambda: containers_of("mhk-1") and containers_of("mhk-2"), 180, "the long rows running")
     run = hosts.runs()[-1]
-    shard = wait_until(lambda: shard_running(hosts, run, "mhk-1"), 60, "the status file of the shard that runs mhk-1")
+    shard = wait_until(lambda: shard_running(hosts, run, "mhk-1", status=None), 60, f"the status file of the shard that runs mhk-1 in {run}")
     pid = json.loads(hosts.fs.cat(f"{run}/shards/{shard}.heartbeat.json"))["pid"]
     host = next(h for h in HOSTS if pid in {p.pid for p in psutil.Process(hosts.workers[h].pid).children(recursive=True)})
     for process in [psutil.Process(hosts.workers[host].pid), *psutil.Process(hosts.workers[host].pid).children(recursive=True)]:
@@ -206,11 +206,12 @@ def test_a_host_killed_mid_row_has_its_rows_run_again_never_twice(hosts, tmp_pat
     assert sorted(states) == ["COMPLETED", "COMPLETED", "CRASHED"], states  # the dead host's shard says so, not Running
 
 
-def shard_running(hosts: TwoHosts, run: str, row_id: str) -> str | None:
-    """The shard (``shard-0`` or ``shard-1``) whose status file says ``row_id`` is running."""
+def shard_running(hosts: TwoHosts, run: str, row_id: str, status: str | None = "running") -> str | None:
+    """The shard (``shard-0`` or ``shard-1``) whose status file says ``row_id`` is ``status`` (any, with None)."""
     for number in (0, 1):
         try:
-            if json.loads(hosts.fs.cat(f"{run}/shards/shard-{number}.status.json"))["rows"].get(row_id) == "running":
+            rows = json.loads(hosts.fs.cat(f"{run}/shards/shard-{number}.status.json"))["rows"]
+            if row_id in rows and status in (None, rows[row_id]):
                 return f"shard-{number}"
         except FileNotFoundError:
             continue
