@@ -68,7 +68,9 @@ class LanePlan:
         if storage is not None and storage._block_document_id is not None:
             # Prefect's own task results persist to the same storage (a saved block is required).
             # cache_policy=None: with NO_CACHE Prefect computes no key and silently writes nothing.
-            persisted = dict(cache_policy=None, persist_result=True, result_storage=storage, result_serializer="json")
+            # refresh_cache: written, never read back: a resumed run (or a shard started again) must run
+            # the rows it cancelled, not take their old results from the same key as Cached.
+            persisted = dict(cache_policy=None, persist_result=True, refresh_cache=True, result_storage=storage, result_serializer="json")
             batch_task = run_trials.with_options(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first].index}}-{{parameters[first].attempt}}.json")
             row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[unit].index}}-{{parameters[unit].attempt}}.json")
         return cls(

@@ -23,7 +23,7 @@ from prefect.states import Cancelling, Running
 from prefect_reads import artifacts_of, task_runs_of
 from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 
-from prefect_harbor.blocks import HarborBackend
+from prefect_harbor.blocks import HarborBackend, ResultsStorage
 from prefect_harbor.flows import cancellation, evaluation_sweep
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
@@ -222,15 +222,23 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
 
 
 @pytest.mark.usefixtures("prefect_server")
-async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
-    marker = f"resume-{os.getpid()}"
+@pytest.mark.usefixtures("prefect_server")
+@pytest.mark.parametrize("saved_storage", [False, True], ids=["results-path", "storage-block"])
+async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path, saved_storage):
+    """With a saved Results Storage block, Prefect's own task results persist there too, under keys
+    the resumed run's rows share: the cancelled row must run again, not come back Cached."""
+    marker = f"resume-{os.getpid()}-{saved_storage}"
     tasks = tmp_path / "tasks"
     write_task(tasks, "quick")
     write_task(tasks, "slow", solve=f"bash -c 'sleep 6 & wait' {marker}")
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"id": i, "metadata": {"harbor_task_id": t}}) + "\n" for i, t in [("a", "quick"), ("b", "slow"), ("c", "quick")]))
     backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=1, cleanup_successful_trials=False)
-    first = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), return_state=True))
+    where = {"results": str(tmp_path / "results")}
+    if saved_storage:
+        await ResultsStorage(url=str(tmp_path / "results")).save(f"resume-{os.getpid()}", overwrite=True)
+        where = {"storage_block": f"resume-{os.getpid()}"}
+    first = asyncio.create_task(evaluation_sweep(dataset=str(dataset), backend=backend, **where, return_state=True))
     await wait_for(lambda: marked_processes(marker), what="the slow row to run")
     run = await running_sweep_of(dataset)
     async with get_client() as client:
@@ -243,10 +251,10 @@ async def test_a_cancelled_run_resumes_without_redoing_finished_rows(tmp_path):
 
     changed = tmp_path / "changed.jsonl"
     changed.write_text(dataset.read_text().replace('"c"', '"c2"'))
-    refused = await evaluation_sweep(dataset=str(changed), backend=backend, resume=folder, return_state=True)
+    refused = await evaluation_sweep(dataset=str(changed), backend=backend, resume=folder, **where, return_state=True)
     assert refused.is_failed() and "the dataset changed" in refused.message
 
-    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, resume=folder)
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, resume=folder, **where)
     rows = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}
     assert {k: r["status"] for k, r in rows.items()} == {"a": "success", "b": "success", "c": "success"}
     assert rows["a"]["trial_name"] == first_a["trial_name"], "a finished row was run again"
