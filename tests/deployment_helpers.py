@@ -88,11 +88,13 @@ def api(method: str, url: str, **kwargs) -> httpx.Response:
 
 
 
-def wait_until(predicate, timeout: float, what: str):
-    """``predicate()``'s first true value, checked every half second; fails naming ``what`` after ``timeout`` s."""
+def wait_until(predicate, timeout: float, what: str, explain=None):
+    """``predicate()``'s first true value, checked every half second; fails naming ``what`` after
+    ``timeout`` s, with what ``explain()`` says of the state things were in (logs, states)."""
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
         time.sleep(0.5)
     return value
 
@@ -192,6 +194,13 @@ class SharedServe:
         """Pause the schedule (Prefect deletes the runs it scheduled ahead) and stop any run it already started."""
         api("post", f"{self.base}/api/deployments/{nightly['id']}/pause_deployment").raise_for_status()
         self.stop_runs(nightly["id"])
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the serve process's log (for a failing test's message)."""
+        log = self.home / "serve.log"
+        return f"--- serve.log (serve {'running' if self.process and self.process.poll() is None else 'exited'}):\n" + (
+            log.read_text(errors="replace")[-chars:] if log.exists() else "(none)"
+        )
 
     def stop_runs(self, deployment_id: str, timeout: float = 90) -> None:
         """Delete the deployment's runs still waiting, cancel the ones under way, and wait until none is left."""

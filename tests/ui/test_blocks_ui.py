@@ -21,6 +21,27 @@ def registered(ui_server):
     return ui_server
 
 
+def open_form(page, base: str, slug: str, screenshots: Path) -> None:
+    """The block type's create form, rendered. A page that has not drawn its form in 45 s (seen in
+    CI with the other test process building images: an API call the page made early failed) is
+    loaded again once; still blank, the failure says what the page and the server showed."""
+    url = f"{base}/blocks/catalog/{slug}/create"
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in (1, 2):
+        page.goto(url, wait_until="networkidle", timeout=60_000)
+        try:
+            page.get_by_text("Block Name").first.wait_for(timeout=45_000)
+            return
+        except PlaywrightTimeout:
+            page.screenshot(path=screenshots / f"block-form-{slug}-blank-{attempt}.png", full_page=True)
+    try:
+        health = httpx.get(f"{base}/api/health", timeout=10).status_code
+    except httpx.HTTPError as error:
+        health = repr(error)
+    raise AssertionError(f"{url} drew no form in two loads; the server's health: {health}; the page said: {page.inner_text('body')[-1500:]!r}")
+
+
 @pytest.mark.parametrize(
     ("slug", "labels"),
     [
@@ -31,8 +52,7 @@ def registered(ui_server):
 )
 def test_each_block_has_a_usable_form(registered, browser, screenshots, slug, labels):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(f"{registered}/blocks/catalog/{slug}/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
+    open_form(page, registered, slug, screenshots)
     page.screenshot(path=screenshots / f"block-form-{slug}.png", full_page=True)
     for label in labels:
         heading = re.compile(rf"^{re.escape(label)}( \(Optional\))?$")
@@ -57,8 +77,7 @@ def choose(page, label: str, option: str) -> None:
 def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(registered, browser, screenshots):
     """A typo such as 'orcale' cannot be saved: Agent is a list (the 3.9 form checks no text pattern)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
+    open_form(page, registered, "harbor-backend", screenshots)
     options = open_list(page, "Agent")
     assert sorted(text.strip() for text in options.all_inner_texts()) == ["None", "mini-swe-agent", "oracle", "terminus-2"]
     page.locator(".p-combobox__text-input input").last.fill("orcale")
@@ -70,8 +89,7 @@ def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(regis
 
 def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, screenshots):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(f"{registered}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
+    open_form(page, registered, "harbor-backend", screenshots)
     # The form's text fields carry no labels a locator can use; they come in schema order:
     # block name, tasks_dir, ... (Task Mode and Agent are lists).
     fields = page.locator("input, textarea")
@@ -100,9 +118,8 @@ BAD_BLOCKS = {
 }
 
 
-def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None, workflow_agent: str | None) -> None:
-    page.goto(f"{base}/blocks/catalog/harbor-backend/create", wait_until="networkidle")
-    page.get_by_text("Block Name").first.wait_for(timeout=60_000)  # the first page a cold UI server renders, on a loaded machine
+def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None, workflow_agent: str | None, screenshots: Path) -> None:
+    open_form(page, base, "harbor-backend", screenshots)
     fields = page.locator("input, textarea")  # in schema order: name, Tasks Directory, Workflow Agent (Task Mode and Agent are lists)
     fields.nth(0).fill(name)
     fields.nth(1).fill(str(tasks_dir))
@@ -178,7 +195,7 @@ def test_a_bad_block_saved_in_the_ui_is_named_by_check_and_through_the_run_forms
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     said = {}
     for name, (tasks_dir, agent, workflow_agent, problem) in BAD_BLOCKS.items():
-        create_in_the_form(page, registered, name, tasks_dir, agent, workflow_agent)
+        create_in_the_form(page, registered, name, tasks_dir, agent, workflow_agent, screenshots)
         check = subprocess.run([str(BIN / "prefect-harbor"), "check", "--backend-block", name], env=served, capture_output=True, text=True, timeout=120)
         assert check.returncode == 2, check.stdout + check.stderr
         said[name] = " ".join(check.stderr.split())

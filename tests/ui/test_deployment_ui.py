@@ -66,7 +66,7 @@ def states_of(base: str, flow_run_id: str) -> list[dict]:
     return sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30).json(), key=lambda s: s["timestamp"])
 
 
-def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served, browser, screenshots, tmp_path):
+def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served, serve_process, browser, screenshots, tmp_path):
     """Cancel in the UI: the sweep records its rows and ends Cancelled with its headline; the serve process's
     runner then forces its own Cancelled state ("Flow run was cancelled successfully."). The headline must be
     what the run ends with, the cancel no ERROR, and nothing logged after it but the hook that keeps it."""
@@ -78,7 +78,14 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
     deployment = wait_for_deployment(ui_server, "sweep")
     parameters = {"dataset": str(dataset), "backend_block": "ui-cancel-slow", "results": str(tmp_path / "results")}
     run = httpx.post(f"{ui_server}/api/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30).json()
-    wait_until(lambda: any('"running": 2' in s.read_text() for s in (tmp_path / "results").glob("*/status.json")), 240, "both slow rows to run")
+
+    def where_it_is() -> str:
+        state = httpx.get(f"{ui_server}/api/flow_runs/{run['id']}", timeout=30).json().get("state") or {}
+        statuses = [s.read_text()[:400] for s in (tmp_path / "results").glob("*/status.json")]
+        return f"flow run: {state.get('type')} {state.get('name')} {state.get('message')!r}; status.json: {statuses}\n{serve_process.log_tail()}"
+
+    # Prewarm first builds the five rows' images, beside whatever the other test process builds.
+    wait_until(lambda: any('"running": 2' in s.read_text() for s in (tmp_path / "results").glob("*/status.json")), 300, "both slow rows to run", where_it_is)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
