@@ -125,8 +125,8 @@ class RunFolder:
             self.manifest, kept, self.superseded = await asyncio.to_thread(prepare_resume, self.store, self.manifest, info.fingerprint)
             again = f"; run again: {', '.join(self.superseded[:20])}{' …' if len(self.superseded) > 20 else ''}" if self.superseded else ""
             self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished attempts kept{again}")
-        await asyncio.to_thread(self._beat)  # before the manifest says Running
-        self._heartbeat = asyncio.create_task(self._keep_heartbeat())
+        await asyncio.to_thread(beat, self.store, HEARTBEAT_FILE, self.manifest.flow_run_id)  # before the manifest says Running
+        self._heartbeat = asyncio.create_task(keep_heartbeat(self.store, HEARTBEAT_FILE, self.manifest.flow_run_id, self.logger))
         await asyncio.to_thread(self.store.write_manifest, self.manifest)
         return kept
 
@@ -146,14 +146,19 @@ class RunFolder:
         finally:
             self._heartbeat.cancel()
 
-    def _beat(self) -> None:
-        self.store.write_now(HEARTBEAT_FILE, Heartbeat.now(self.manifest.flow_run_id).model_dump_json().encode())
 
-    async def _keep_heartbeat(self) -> None:
-        """Say every few seconds that this run is alive: `status`, `cancel` and later sweeps tell a killed run by it."""
-        while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-            try:
-                await asyncio.to_thread(self._beat)
-            except Exception as error:  # a missed beat is harmless: a run is taken for dead only after STALE_AFTER_SECONDS
-                self.logger.debug(f"Heartbeat not written: {error}")
+
+def beat(store: RunStore, file: str, flow_run_id: str) -> None:
+    """One heartbeat: ``file`` in the run folder says ``flow_run_id`` is alive now."""
+    store.write_now(file, Heartbeat.now(flow_run_id).model_dump_json().encode())
+
+
+async def keep_heartbeat(store: RunStore, file: str, flow_run_id: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    """A heartbeat every few seconds, after the first (the caller's own ``beat``): `status`, `cancel`,
+    later sweeps and a sweep watching its shards tell a killed process by it going stale."""
+    while True:
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+        try:
+            await asyncio.to_thread(beat, store, file, flow_run_id)
+        except Exception as error:  # a missed beat is harmless: a run is taken for dead only after STALE_AFTER_SECONDS
+            logger.debug(f"Heartbeat not written: {error}")

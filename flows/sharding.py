@@ -32,8 +32,10 @@ from typing import Any
 
 import fsspec.utils
 from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Cancelling, Crashed
 
 from prefect_harbor.config import ConfigurationError
@@ -61,6 +63,7 @@ def status_file(shard: int) -> str:
 
 
 def heartbeat_file(shard: int) -> str:
+    """The shard's sign of life: the sweep runs its rows again when it goes stale."""
     return f"{SHARD_FOLDER}/shard-{shard}.heartbeat.json"
 
 
@@ -83,11 +86,43 @@ class ShardSplit:
         return [task for number, task in enumerate(self.task_ids) if number % self.shards == shard]
 
 
+#: ``shards="auto"``: one shard per worker online on the sweep-shard deployment's work pool.
+AUTO = "auto"
+
+
+async def shard_count(shards: int | str) -> int | None:
+    """How many shards the sweep runs on: None for this host alone (``shards=1``), else the count,
+    ``"auto"`` being one per worker online on the shards' pool. The shards' deployment (and for
+    ``"auto"`` a worker) is checked to be there before anything starts."""
+    if shards != AUTO and (isinstance(shards, bool) or not isinstance(shards, int) or shards < 1):
+        raise ConfigurationError(f"shards: {shards!r} is not a host count; give 1 (this host), more, or 'auto' (one per worker online).")
+    if shards == 1:
+        return None
+    async with get_client() as client:
+        try:
+            deployment = await client.read_deployment_by_name(SHARD_DEPLOYMENT)
+        except ObjectNotFound:
+            raise ConfigurationError(
+                f"shards: the {SHARD_DEPLOYMENT} deployment is not on this Prefect server; deploy it with "
+                "`prefect deploy --prefect-file deployments/prefect.yaml --all` and start a worker on each host "
+                "(`prefect worker start --pool harbor-process --limit 1`)."
+            ) from None
+        if shards != AUTO:
+            return int(shards)
+        pool = deployment.work_pool_name
+        online = WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"]))
+        workers = await client.read_workers_for_work_pool(pool, worker_filter=online) if pool else []
+    if not workers:
+        raise ConfigurationError(
+            f"shards: 'auto' runs one shard per worker online on the {pool or '(none)'} work pool, and none is; start one on each host "
+            f"(`prefect worker start --pool {pool or 'harbor-process'} --limit 1`) or give a number."
+        )
+    return len(workers)
+
+
 def refuse_unshareable(shards: int, results_root: str, backend_block: str | None, storage: Any, storage_block: str | None) -> None:
     """What a sweep on many hosts needs before anything starts: a results root every host can reach,
     and blocks the hosts can load by name (secrets never travel as parameters)."""
-    if shards < 2:
-        return
     if fsspec.utils.get_protocol(results_root) in ("file", "local"):
         raise ConfigurationError(
             f"results: a sweep on {shards} shards writes one run folder from every host, and {results_root!r} is a local path the other hosts "
@@ -99,35 +134,10 @@ def refuse_unshareable(shards: int, results_root: str, backend_block: str | None
         raise ConfigurationError("storage: a sweep on many hosts hands each host its storage by name; save it as a Results Storage block and give storage_block.")
 
 
-async def check_shard_deployment(deployment: str = SHARD_DEPLOYMENT) -> None:
-    """The shards' deployment exists on this server, before anything starts."""
-    from prefect.exceptions import ObjectNotFound
-
-    async with get_client() as client:
-        try:
-            await client.read_deployment_by_name(deployment)
-        except ObjectNotFound:
-            raise ConfigurationError(
-                f"shards: the {deployment} deployment is not on this Prefect server; deploy it with "
-                "`prefect deploy --prefect-file deployments/prefect.yaml --all` and start a worker on each host "
-                "(`prefect worker start --pool harbor-process --limit 1`)."
-            ) from None
-
-
-async def keep_heartbeat(store: RunStore, shard: int, flow_run_id: str, every: float) -> None:
-    """A shard's sign of life, in the run folder: the sweep runs its rows again when it goes stale."""
-    while True:
-        try:
-            await asyncio.to_thread(store.write_now, heartbeat_file(shard), Heartbeat.now(flow_run_id).model_dump_json().encode())
-        except Exception as error:  # a missed beat is harmless: stale only after STALE_AFTER_SECONDS
-            logging.getLogger(__name__).debug(f"Shard heartbeat not written: {error}")
-        await asyncio.sleep(every)
-
-
 @dataclass
 class _Shard:
-    number: int
     flow_run: FlowRun
+    #: How many times it has been started (a shard that died runs again, up to SHARD_RERUNS).
     runs: int = 1
 
 
@@ -142,6 +152,9 @@ class Shards:
     tracker: RowTracker
     progress: Progress
     logger: Logger
+    #: What makes this sweep's shard runs its own: its flow run and that run's count (a resumed
+    #: sweep, or a Prefect Retry, writes into the same run folder and must not get the old shards back).
+    launch_key: str
     deployment: str = SHARD_DEPLOYMENT
     _live: dict[int, _Shard] = field(default_factory=dict, init=False)
 
@@ -149,7 +162,7 @@ class Shards:
         """Launch every shard and watch them until each has ended; on ``stop``, cancel them."""
         async with get_client() as client:
             for number in range(self.count):
-                self._live[number] = _Shard(number, await self._launch(number, 1))
+                self._live[number] = _Shard(await self._launch(number, 1))
             stopping = False
             while self._live:
                 if stop.is_set() and not stopping:
@@ -163,7 +176,7 @@ class Shards:
     async def _launch(self, number: int, runs: int) -> FlowRun:
         flow_run = await run_deployment(
             self.deployment, parameters={**self.parameters, "shard": number, "shards": self.count}, timeout=0, as_subflow=True,
-            idempotency_key=f"{self.store.run_id}:shard-{number}:{runs}",
+            idempotency_key=f"{self.launch_key}:shard-{number}:{runs}",
         )  # fmt: skip
         self.logger.info(f"Shard {number + 1} of {self.count}: flow run {flow_run.name} ({flow_run.id}) on {self.deployment}")
         return flow_run
@@ -187,7 +200,7 @@ class Shards:
                 self.logger.error(f"Shard {number + 1} ({flow_run.name}) {ended}; it ran {shard.runs} times: its rows without a result are recorded cancelled")
                 continue
             self.logger.warning(f"Shard {number + 1} ({flow_run.name}) {ended}: its rows without a result run again, on whichever host takes them")
-            self._live[number] = _Shard(number, await self._launch(number, shard.runs + 1), shard.runs + 1)
+            self._live[number] = _Shard(await self._launch(number, shard.runs + 1), shard.runs + 1)
 
     def _died(self, number: int, flow_run: FlowRun) -> str | None:
         """Why a shard whose flow run still says Running is dead (its heartbeat went stale), or None."""
@@ -215,12 +228,13 @@ class Shards:
                 document = json.loads(self.store.read_bytes(status_file(number)))
             except (FileNotFoundError, ValueError):
                 continue
+            hosts = document.get("hosts", {})
             for row_id, attempts in document.get("attempts", {}).items():
                 for attempt, status in attempts.items():
-                    self.tracker.set(row_id, status, int(attempt))
+                    self.tracker.set(row_id, status, int(attempt), host=hosts.get(row_id))
             if "attempts" not in document:
                 for row_id, status in document.get("rows", {}).items():
-                    self.tracker.set(row_id, status)
+                    self.tracker.set(row_id, status, host=hosts.get(row_id))
 
 
 def missing(units: Iterable[RowAttempt], recorded: list[RowResult]) -> list[RowAttempt]:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
@@ -47,7 +48,8 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.flows.sharding import Shards, check_shard_deployment, missing, refuse_unshareable
+from prefect_harbor.flows.sharding import SHARD_DEPLOYMENT, Shards, missing, refuse_unshareable, shard_count
+from prefect_harbor.host import host_name
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.rows.sources import TaskResolver
@@ -86,7 +88,7 @@ async def evaluation_sweep(
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
     attempts: int | None = None,
-    shards: int = 1,
+    shards: int | Literal["auto"] = 1,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
@@ -110,8 +112,9 @@ async def evaluation_sweep(
         attempts: Overrides the backend's attempts for this run: independent trials per row,
             each with its own result row and archive (pass@k for k up to this).
         shards: Spread the rows over this many hosts: each shard is a run of the sweep-shard
-            deployment, taken by a worker on its pool (a task's rows stay on one host). Needs
-            results every host can reach (s3://…) and the blocks by name.
+            deployment, taken by a worker on its pool (a task's rows stay on one host); "auto":
+            one shard per worker online on that pool. Needs results every host can reach
+            (s3://…) and the blocks by name.
 
     Rows run in ``n_concurrent`` lanes; a lane reads the next row from the dataset only
     when it is free, so a large dataset never becomes thousands of pending task runs.
@@ -122,19 +125,19 @@ async def evaluation_sweep(
     spec = config.spec()  # what every step below takes; the block itself stays for the subflow and the manifest
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
-    shard_parameters = sharing(shards, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
-    if shards > 1:
-        await check_shard_deployment()
+    if sharded := await shard_count(shards):
+        shard_parameters = sharing(sharded, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
+        logger.info(f"Spreading the rows over {sharded} shard(s) of {SHARD_DEPLOYMENT}")
     runtimes = await prepare_runtimes(config, storage, logger)
     with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
         folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
         selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
-        tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked)
+        tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked, host=None if sharded else host_name())
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
             await figures.open_job(folder, spec, selection.units, runtimes.redactor, logger)
-            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm and shards < 2 else folder.run  # shards prewarm their own
+            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm and not sharded else folder.run  # shards prewarm their own
             plan = LanePlan.of(spec, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
             resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
             sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)
@@ -143,8 +146,8 @@ async def evaluation_sweep(
             announce(spec, folder, selection, plan, logger)
             trials = TrialRunner(sweep, plan)
             channel = ControlChannel(folder.store, tracker, logger)
-            if shards > 1:
-                scope = await run_shards(shards, folder, selection, kept, recorder, channel, logger, shard_parameters)
+            if sharded:
+                scope = await run_shards(sharded, folder, selection, kept, recorder, channel, logger, shard_parameters)
             else:
                 scope = await run_lanes(plan, trials, selection.attempts_to_run(), kept, recorder, channel, logger)
             summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set())
@@ -273,8 +276,6 @@ def sharing(
 ) -> dict:  # fmt: skip
     """What every shard of a sweep on many hosts is given (less its run folder and number); refused
     before anything starts when the hosts could not share it."""
-    if shards < 1:
-        raise ConfigurationError(f"shards: {shards} is not a host count; give 1 (this host) or more.")
     storage_name = storage_block or (storage._block_document_name if storage is not None else None)
     refuse_unshareable(shards, storage.url if storage is not None else results, backend_block, storage, storage_name)
     return {
@@ -289,8 +290,10 @@ async def run_shards(
 ) -> CancelScope:  # fmt: skip
     """The run's attempts on ``count`` shards (``flows/sharding.py``), the control channel served
     meanwhile; then every attempt the shards recorded counted, and those none did recorded cancelled."""
-    shards = Shards(count, {**parameters, "run_folder": folder.store.uri()}, folder.store, channel.tracker, recorder.progress, logger)
-    async with CancelScope(get_run_context().flow_run.id, logger) as scope:
+    flow_run = get_run_context().flow_run
+    launch_key = f"{flow_run.id}:{flow_run.run_count}"
+    shards = Shards(count, {**parameters, "run_folder": folder.store.uri()}, folder.store, channel.tracker, recorder.progress, logger, launch_key)
+    async with CancelScope(flow_run.id, logger) as scope:
         control = asyncio.create_task(channel.serve(scope, lambda row_id: None))  # each shard stops its own rows
         try:
             await shards.run(scope.requested)
@@ -300,7 +303,7 @@ async def run_shards(
     for result in recorded:
         if (result.row_index, result.attempt) not in kept:
             recorder.tally.add(result)
-            channel.tracker.set(result.row_id, result.status, result.attempt)
+            channel.tracker.set(result.row_id, result.status, result.attempt, host=result.host)
     left = await asyncio.to_thread(missing, selection.attempts_to_run(), recorded)
     if left:
         logger.warning(f"{len(left)} attempts were run by no shard: recorded cancelled")

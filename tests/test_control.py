@@ -40,3 +40,18 @@ def test_finished_counts_attempts_with_a_result_whatever_it_was():
     for row_id, attempt, status in [("a", 1, "success"), ("a", 2, "failure"), ("b", 1, "running"), ("c", 2, "cancelled"), ("c", 1, "grading")]:
         tracker.set(row_id, status, attempt)
     assert tracker.finished == 3
+
+
+def test_a_row_that_starts_is_marked_with_the_host_that_runs_it_and_a_merge_keeps_each_hosts():
+    here = RowTracker(["a", "b", "c"], host="host-1")
+    here.set("a", "running")
+    here.set("a", "success")
+    here.set("b", "cancelled")  # never started here: no host
+    assert json.loads(here.snapshot("Running"))["hosts"] == {"a": "host-1"}
+
+    merged = RowTracker(["a", "b", "c"])  # a sweep on many hosts: its shards name the hosts
+    merged.set("a", "success", host="host-1")
+    merged.set("c", "running", host="host-2")
+    merged.set("b", "running")
+    assert json.loads(merged.snapshot("Running"))["hosts"] == {"a": "host-1", "c": "host-2"}
+    assert "hosts" not in json.loads(RowTracker(["a"]).snapshot("Running"))

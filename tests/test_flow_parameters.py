@@ -53,3 +53,14 @@ def test_no_flow_and_task_share_a_name():
     assert {"evaluation-sweep", "build-bundle", "prewarm"} <= names["flow"]
     assert {"build-bundle-wheel", "prewarm-trial", "trial", "inspect-dataset"} <= names["task"], names["task"]
     assert names["flow"] & names["task"] == set()
+
+
+def test_shards_takes_a_count_or_auto_in_the_form_and_on_the_command_line():
+    from typer.testing import CliRunner
+
+    from prefect_harbor.cli.commands import app
+
+    schema = parameter_schema(evaluation_sweep.fn).model_dump()["properties"]["shards"]
+    assert schema["anyOf"] == [{"type": "integer"}, {"const": "auto", "type": "string"}] and schema["default"] == 1
+    refused = CliRunner().invoke(app, ["sweep", "--tasks-dir", ".", "--dataset", "rows.jsonl", "--shards", "0"])
+    assert refused.exit_code == 2 and "'0' is not a host count" in refused.output, refused.output

@@ -172,6 +172,15 @@ def load_backend(backend_block: str | None, tasks_dir: Path | None, mode: TaskMo
         raise fail(str(error)) from None
 
 
+def shard_option(value: str) -> int | str:
+    """``--shards``: a host count (1: this host) or ``auto``, one shard per worker online."""
+    if value == "auto":
+        return value
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise typer.BadParameter(f"{value!r} is not a host count; give 1 (this host), more, or 'auto' (one per worker online).")
+
+
 def endpoint_from_flags(model_endpoint: str | None, model_base_url: str | None, model_api_key_env: str | None):
     """The endpoint from a saved block, or from a URL plus the NAME of a variable holding the key."""
     from prefect_harbor.blocks import ModelEndpoint
@@ -225,8 +234,14 @@ def sweep(
         int | None, typer.Option(min=1, help="Independent trials per row, each its own result row and archive (default: the backend's attempts, 1); pass@k for k up to this.")
     ] = None,
     shards: Annotated[
-        int, typer.Option(min=1, help="Spread the rows over this many hosts: sweep-shard deployment runs on its pool (a real server, --storage-block, --backend-block).")
-    ] = 1,
+        str,
+        typer.Option(
+            callback=shard_option,
+            metavar="N|auto",
+            help="Spread the rows over this many hosts, or 'auto' (one per worker online): sweep-shard deployment runs on its pool "
+            "(a real server, --storage-block, --backend-block).",
+        ),
+    ] = "1",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with results_uri) on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Also show harbor's own trial logs on the console.")] = False,
 ) -> None:
@@ -465,7 +480,7 @@ def status(
         raise fail(f"{run} has no {STATUS_FILE} yet: is it a sweep run folder, and has the sweep started?") from None
     state, rows, attempts, problems = report.state, report.rows, report.attempts, report.problems
     if as_json:
-        found = {"state": state, "counts": report.counts, "rows": rows, "stale": report.stale, "problems": problems}
+        found = {"state": state, "counts": report.counts, "rows": rows, "hosts": report.hosts, "stale": report.stale, "problems": problems}
         typer.echo(json.dumps(found | ({"attempts": attempts} if attempts is not None else {})))
         return
     console = Console()
@@ -475,10 +490,11 @@ def status(
         console.print(f"[yellow]stale:[/] {report.stale}: nothing runs it any more; {resume_hint(run)}", highlight=False, soft_wrap=True)
     for problem in problems:
         console.print(f"[yellow]damaged:[/] {problem}", highlight=False, soft_wrap=True)
-    table = Table("row", "status", *(["attempts"] if attempts is not None else []))
+    several_hosts = len(set(report.hosts.values())) > 1  # one host is every row's: no column
+    table = Table("row", "status", *(["attempts"] if attempts is not None else []), *(["host"] if several_hosts else []))
     for row_id, row_status in rows.items():
         each = [", ".join(f"#{n} {s}" for n, s in sorted(attempts[row_id].items(), key=lambda item: int(item[0])))] if attempts is not None else []
-        table.add_row(row_id, row_status, *each)
+        table.add_row(row_id, row_status, *each, *([report.hosts.get(row_id, "")] if several_hosts else []))
     console.print(table)
 
 

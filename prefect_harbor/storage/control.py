@@ -69,8 +69,13 @@ class RowTracker:
     runs, then queued while any waits, then failure if any failed, cancelled if any was, else
     success. With one attempt per row it is that attempt's."""
 
-    def __init__(self, ids: list[str], attempts: int | dict[str, list[int]] = 1):
-        """``attempts``: every row's count, or the attempts each row runs (a re-run of some attempts)."""
+    def __init__(self, ids: list[str], attempts: int | dict[str, list[int]] = 1, host: str | None = None):
+        """``attempts``: every row's count, or the attempts each row runs (a re-run of some attempts).
+        ``host``: the machine this process runs rows on, recorded for each row that starts (a sweep
+        on many hosts leaves it out: its shards say which host ran each row)."""
+        self.host = host
+        #: Which host ran each row that has started (the latest attempt's).
+        self.hosts: dict[str, str] = {}
         self.attempts: dict[str, dict[int, LiveStatus]] = {}
         for row_id in ids:
             numbers = range(1, attempts + 1) if isinstance(attempts, int) else attempts.get(row_id, [1])
@@ -78,10 +83,15 @@ class RowTracker:
         self.cancelled_ids: set[str] = set()
         self.version = 0
 
-    def set(self, row_id: str, status: LiveStatus, attempt: int = 1) -> None:
+    def set(self, row_id: str, status: LiveStatus, attempt: int = 1, host: str | None = None) -> None:
+        """``host``: the machine that runs (or ran) it, when another process says so; else this tracker's own for a row under way."""
         statuses = self.attempts.setdefault(row_id, {})
         if statuses.get(attempt) != status:
             statuses[attempt] = status
+            self.version += 1
+        host = host or (self.host if status in ("running", "grading") else None)
+        if host and self.hosts.get(row_id) != host:
+            self.hosts[row_id] = host
             self.version += 1
 
     def status(self, row_id: str) -> LiveStatus:
@@ -105,12 +115,15 @@ class RowTracker:
         return {row_id: self.status(row_id) for row_id in self.attempts}
 
     def snapshot(self, state: str) -> bytes:
-        """``status.json``: the counts of attempts by status, each row's status, and with several
-        attempts per row each attempt's (``attempts``: row id -> attempt -> status)."""
+        """``status.json``: the counts of attempts by status, each row's status, with several
+        attempts per row each attempt's (``attempts``: row id -> attempt -> status), and the host
+        of each row that has started (``hosts``)."""
         counts = Counter(status for statuses in self.attempts.values() for status in statuses.values())
         document: dict = {"state": state, "counts": dict(counts), "rows": self.statuses}
         if self.several:
             document["attempts"] = self.attempts
+        if self.hosts:
+            document["hosts"] = self.hosts
         return json.dumps(document).encode()
 
     def apply(self, request: CancelRequest) -> tuple[dict[str, Disposition], list[str]]:
@@ -224,6 +237,7 @@ class StatusReport(NamedTuple):
     attempts: dict[str, dict[str, LiveStatus]] | None  # when rows have several attempts
     stale: str | None
     problems: list[str]
+    hosts: dict[str, str]  # row id -> the host that runs or ran it, for rows that have started
 
 
 class NotStarted(LookupError):
@@ -249,13 +263,14 @@ def read_status(store: RunStore, ids: list[str] | None = None) -> StatusReport:
         store.logger.disabled = True  # the report names what is damaged, once
         recorded = RowTracker([])
         for result in store.read_results():
-            recorded.set(result.row_id, result.status, result.attempt)
+            recorded.set(result.row_id, result.status, result.attempt, host=result.host)
         snapshot = {**json.loads(recorded.snapshot("unknown")), "state": "unknown"}
         problems += store.damaged
     state = health.manifest.state if health.manifest is not None else snapshot["state"]
     rows = {row_id: status_of(snapshot, row_id) for row_id in ids} if ids else snapshot["rows"]
     attempts = {row_id: attempts_of(snapshot, row_id) for row_id in rows} if "attempts" in snapshot else None
-    return StatusReport(state, snapshot["counts"], rows, attempts, health.stale, problems)
+    hosts = {row_id: host for row_id, host in snapshot.get("hosts", {}).items() if row_id in rows}
+    return StatusReport(state, snapshot["counts"], rows, attempts, health.stale, problems, hosts)
 
 
 class NotCancellable(RuntimeError):

@@ -26,6 +26,7 @@ from tasks_factory import BASE_IMAGE, slow_and_queued, write_task
 from prefect_harbor.blocks import HarborBackend, ResultsStorage
 from prefect_harbor.flows import cancellation, evaluation_sweep
 from prefect_harbor.flows.cancellation import CancelScope
+from prefect_harbor.host import host_name
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
 
@@ -192,6 +193,7 @@ async def test_rows_are_cancelled_by_id_and_prefix_with_osmosis_dispositions(tmp
 
     status = json.loads((await asyncio.to_thread(cli, "status", run, "s1", "q0", "nope", "--json")).stdout)
     assert status["rows"] == {"s1": "running", "q0": "queued", "nope": "unknown"} and status["state"] == "Running"
+    assert status["hosts"] == {"s1": host_name()}  # the rows that started, with the host that runs them
 
     answer = await asyncio.to_thread(cli, "cancel", run, "s1", "nope", "--prefix", "q", "--json")
     assert answer.returncode == 0, answer.stderr

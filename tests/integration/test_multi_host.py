@@ -3,7 +3,7 @@
 A real ``prefect server``, moto's S3 server, and two process workers started as two hosts would
 be: each in its own working directory, with its own Prefect home and host name
 (``PREFECT_HARBOR_HOST``) and a limit of one shard, on the same podman. The sweep itself runs in
-a process of its own, as the CLI's would, with ``shards=2``.
+a process of its own, as the CLI's would, with ``shards=2`` (``"auto"``: one per worker online).
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ class TwoHosts:
             env=env, cwd=home, stdout=open(home / "worker.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
-    def sweep(self, dataset: Path, name: str) -> subprocess.Popen:
-        """``evaluation_sweep(shards=2)`` in a process of its own; it prints the summary's JSON."""
+    def sweep(self, dataset: Path, name: str, shards: int | str = 2, resume: str | None = None) -> subprocess.Popen:
+        """``evaluation_sweep(shards=…)`` in a process of its own; it prints the summary's JSON."""
         code = (
             "import asyncio\nfrom prefect_harbor.flows import evaluation_sweep\n"
             "async def main():\n"
-            f"    state = await evaluation_sweep(dataset={str(dataset)!r}, backend_block='mh-oracle', storage_block='mh-moto', shards=2, return_state=True)\n"
+            f"    state = await evaluation_sweep(dataset={str(dataset)!r}, backend_block='mh-oracle', storage_block='mh-moto',\n"
+            f"                                   shards={shards!r}, resume={resume!r}, return_state=True)\n"
             "    print('SUMMARY', (await state.aresult(raise_on_failure=False)).model_dump_json())\n"
             "asyncio.run(main())\n"
         )
@@ -136,7 +137,7 @@ def containers_of(prefix: str) -> list[str]:
 
 def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
     rows = [("mh-1", "mh-a"), ("mh-2", "mh-a"), ("mh-3", "mh-b"), ("mh-4", "mh-c"), ("mh-5", "mh-d"), ("mh-6", "mh-d")]
-    summary = finished(hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "both"), hosts, "both", 300)
+    summary = finished(hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "both", shards="auto"), hosts, "both", 300)  # two workers online
     results = {row["row_id"]: row for row in hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])}
     assert sorted(results) == [row_id for row_id, _ in rows] and {r["status"] for r in results.values()} == {"success"}, hosts.log("both")
     assert {r["host"] for r in results.values()} == set(HOSTS), {row_id: r["host"] for row_id, r in results.items()}
@@ -154,9 +155,11 @@ def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
     assert not containers_of("mh-"), containers_of("mh-")
 
 
-def test_cancelling_the_sweep_stops_the_rows_on_every_host(hosts, tmp_path):
-    rows = [("mhc-1", "mh-long"), ("mhc-2", "mh-long2"), ("mhc-3", "mh-long"), ("mhc-4", "mh-long2"), ("mhc-5", "mh-long")]
-    sweep = hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "cancel")  # a task to each host, 2 rows at a time: 1 queued
+def test_cancelling_the_sweep_stops_the_rows_on_every_host_and_resume_runs_only_what_is_missing(hosts, tmp_path):
+    # mhc-6 first: its quick task shares shard 0 with mh-long2 and finishes before the cancel.
+    rows = [("mhc-6", "mh-a"), ("mhc-1", "mh-long"), ("mhc-2", "mh-long2"), ("mhc-3", "mh-long"), ("mhc-4", "mh-long2"), ("mhc-5", "mh-long")]
+    rows_file = dataset(tmp_path / "rows.jsonl", rows)
+    sweep = hosts.sweep(rows_file, "cancel")  # a long task to each host, 2 rows at a time: 1 queued
     wait_until(lambda: all(containers_of(row_id) for row_id in ("mhc-1", "mhc-2", "mhc-3", "mhc-4")), 180, "rows running on both hosts")
     run = hosts.runs()[-1]
     wait_until(lambda: {shard_running(hosts, run, row_id) for row_id in ("mhc-1", "mhc-2")} == {"shard-0", "shard-1"}, 60, "both shards' status")
@@ -176,12 +179,31 @@ def test_cancelling_the_sweep_stops_the_rows_on_every_host(hosts, tmp_path):
     stopped = time.monotonic() - asked
     summary = finished(sweep, hosts, "cancel", 120)
     results = {row["row_id"]: row for row in hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])}
-    assert sorted(results) == [row_id for row_id, _ in rows], hosts.log("cancel")
-    assert {r["status"] for r in results.values()} == {"cancelled"}, [(r["row_id"], r["status"], r["err_message"]) for r in results.values()]
+    assert sorted(results) == sorted(row_id for row_id, _ in rows), hosts.log("cancel")
+    statuses = {row_id: r["status"] for row_id, r in results.items()}
+    assert statuses == {"mhc-6": "success", **{f"mhc-{n}": "cancelled" for n in range(1, 6)}}, [(r["row_id"], r["status"], r["err_message"]) for r in results.values()]
     assert {results[row_id]["host"] for row_id in ("mhc-1", "mhc-2")} == set(HOSTS)  # it stopped rows on both hosts
     assert {results[row_id]["host"] for row_id in ("mhc-3", "mhc-4")} == set(HOSTS)
     print(f"cancel -> every container gone in {stopped:.1f} s")
     assert stopped < 30, stopped
+    status = subprocess.run(
+        [str(BIN / "prefect-harbor"), "status", f"s3://{run}", "--storage-block", "mh-moto", "--json"], env=hosts.env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    assert json.loads(status.stdout)["hosts"] == {row_id: r["host"] for row_id, r in results.items() if r["host"]}, status.stdout + status.stderr
+
+    # --resume on many hosts: the cancelled rows run again (quick now: the oracle's solve.sh is read at trial
+    # time), the finished one is kept as it was, and the run folder ends with one complete table.
+    for task in ("mh-long", "mh-long2"):
+        (hosts.scratch / "tasks" / task / "solution" / "solve.sh").write_text("#!/bin/bash\nsleep 1\n")
+    resumed = finished(hosts.sweep(rows_file, "resume", resume=f"s3://{run}"), hosts, "resume", 300)
+    assert resumed["results_uri"] == summary["results_uri"], (resumed["results_uri"], summary["results_uri"])
+    again = {row["row_id"]: row for row in hosts.results(run)}
+    assert sorted(again) == sorted(row_id for row_id, _ in rows) and {r["status"] for r in again.values()} == {"success"}, hosts.log("resume")
+    assert again["mhc-6"]["trial_name"] == results["mhc-6"]["trial_name"]  # kept, not run again
+    assert {r["trial_name"] for n, r in again.items() if n != "mhc-6"}.isdisjoint(r["trial_name"] for r in results.values())
+    assert {again[f"mhc-{n}"]["host"] for n in range(1, 6)} == set(HOSTS), hosts.log("resume")  # the re-runs on both hosts again
+    assert ": 1 finished attempts kept; run again: mhc-1, mhc-2, mhc-3, mhc-4, mhc-5" in (hosts.scratch / "driver-resume" / "sweep.log").read_text()
+    assert not containers_of("mhc-"), containers_of("mhc-")
 
 
 def test_a_host_killed_mid_row_has_its_rows_run_again_never_twice(hosts, tmp_path):
