@@ -61,8 +61,14 @@ class TwoHosts:
         return subprocess.Popen([str(BIN / "python"), "-c", code], env={**self.env, "TMPDIR": str(driver)}, cwd=driver,
                                 stdout=open(driver / "sweep.log", "wb"), stderr=subprocess.STDOUT)  # fmt: skip
 
+    def online(self) -> set[str]:
+        """The workers the server counts online on the pool (what ``shards="auto"`` counts)."""
+        workers = httpx.post(f"{self.base}/api/work_pools/harbor-process/workers/filter", json={}, timeout=30).json()
+        return {worker["name"] for worker in workers if worker["status"] == "ONLINE"}
+
     def log(self, name: str) -> str:
-        logs = [(self.scratch / f"driver-{name}" / "sweep.log").read_text(errors="replace")[-4000:]]
+        driver = self.scratch / f"driver-{name}" / "sweep.log"
+        logs = [driver.read_text(errors="replace")[-4000:] if driver.exists() else ""]
         logs += [f"--- {host}\n" + (self.scratch / host / "worker.log").read_text(errors="replace")[-3000:] for host in HOSTS]
         return "\n".join(logs)
 
@@ -107,6 +113,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
         two.fs.mkdir(BUCKET)
         for host in HOSTS:
             two.start_worker(host)
+        wait_until(lambda: two.online() == set(HOSTS), 120, "both workers online", lambda: two.log("none"))
         try:
             yield two
         finally:
