@@ -28,6 +28,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import fsspec.utils
@@ -86,8 +87,15 @@ class ShardSplit:
         return [task for number, task in enumerate(self.task_ids) if number % self.shards == shard]
 
 
-#: ``shards="auto"``: one shard per worker online on the sweep-shard deployment's work pool.
-AUTO = "auto"
+# An enum, not a Literal: the run form draws a one-value Literal as a constant nobody can pick,
+# and an enum as a list to choose it from. Its docstring is the form's help text.
+class Auto(StrEnum):
+    """One shard per worker online on the sweep-shard deployment's work pool."""
+
+    AUTO = "auto"
+
+
+AUTO = Auto.AUTO
 
 
 async def shard_count(shards: int | str) -> int | None:

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from harbor.utils.env import redact_sensitive_value
 from prefect import flow, get_run_logger
@@ -48,7 +47,7 @@ from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id
 from prefect_harbor.flows.selection import Selection
-from prefect_harbor.flows.sharding import SHARD_DEPLOYMENT, Shards, missing, refuse_unshareable, shard_count
+from prefect_harbor.flows.sharding import SHARD_DEPLOYMENT, Auto, Shards, missing, refuse_unshareable, shard_count
 from prefect_harbor.host import host_name
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.dataset import path_safe
@@ -88,7 +87,7 @@ async def evaluation_sweep(
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
     attempts: int | None = None,
-    shards: int | Literal["auto"] = 1,
+    shards: int | Auto = 1,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
 
