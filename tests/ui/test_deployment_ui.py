@@ -16,8 +16,17 @@ def test_the_run_form_starts_a_sweep_whose_page_shows_rows_and_artifacts(ui_serv
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{ui_server}/deployments/deployment/{deployment['id']}/run", wait_until="networkidle")
     page.get_by_text("Parameters").first.wait_for(timeout=30_000)
-    for label in ("dataset", "backend_block (Optional)", "results (Optional)", "storage_block (Optional)", "concurrency (Optional)"):
+    for label in ("dataset", "backend_block (Optional)", "results (Optional)", "storage_block (Optional)", "concurrency (Optional)", "shards (Optional)"):
         assert page.get_by_text(label, exact=True).count() >= 1, f"{label} missing from the run form"
+    # shards: a count, or "auto" picked from a list (a one-value const would draw as "cannot be changed").
+    page.get_by_role("button", name="Auto", exact=True).click()
+    page.locator(".p-select-button__control").last.focus()
+    page.keyboard.press("ArrowDown")
+    page.locator(".p-select-option").first.wait_for(timeout=10_000)
+    assert page.locator(".p-select-option").all_inner_texts() == ["auto"]
+    page.screenshot(path=screenshots / "deployment-run-form-shards-auto.png", full_page=True)
+    page.reload(wait_until="networkidle")  # the form as it was: shards 1
+    page.get_by_text("Parameters").first.wait_for(timeout=30_000)
     # Fields in parameter order: dataset, then backend_block once its "str" option is chosen, then results.
     page.locator("textarea").nth(0).fill(str(EXAMPLE_DATASET))
     page.get_by_role("button", name="str", exact=True).first.click()
