@@ -125,8 +125,7 @@ class RunFolder:
             self.manifest, kept, self.superseded = await asyncio.to_thread(prepare_resume, self.store, self.manifest, info.fingerprint)
             again = f"; run again: {', '.join(self.superseded[:20])}{' …' if len(self.superseded) > 20 else ''}" if self.superseded else ""
             self.logger.info(f"Resuming {self.store.uri()}: {len(kept)} finished attempts kept{again}")
-        await asyncio.to_thread(beat, self.store, HEARTBEAT_FILE, self.manifest.flow_run_id)  # before the manifest says Running
-        self._heartbeat = asyncio.create_task(keep_heartbeat(self.store, HEARTBEAT_FILE, self.manifest.flow_run_id, self.logger))
+        self._heartbeat = await start_heartbeat(self.store, HEARTBEAT_FILE, self.manifest.flow_run_id, self.logger)  # before the manifest says Running
         await asyncio.to_thread(self.store.write_manifest, self.manifest)
         return kept
 
@@ -153,9 +152,15 @@ def beat(store: RunStore, file: str, flow_run_id: str) -> None:
     store.write_now(file, Heartbeat.now(flow_run_id).model_dump_json().encode())
 
 
-async def keep_heartbeat(store: RunStore, file: str, flow_run_id: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
-    """A heartbeat every few seconds, after the first (the caller's own ``beat``): `status`, `cancel`,
-    later sweeps and a sweep watching its shards tell a killed process by it going stale."""
+async def start_heartbeat(store: RunStore, file: str, flow_run_id: str, logger: logging.Logger | logging.LoggerAdapter) -> asyncio.Task[None]:
+    """The first heartbeat, written before this returns, then one every few seconds until the
+    returned task is cancelled: `status`, `cancel`, later sweeps and a sweep watching its shards
+    tell a killed process by it going stale."""
+    await asyncio.to_thread(beat, store, file, flow_run_id)
+    return asyncio.create_task(_keep_heartbeat(store, file, flow_run_id, logger))
+
+
+async def _keep_heartbeat(store: RunStore, file: str, flow_run_id: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
     while True:
         await asyncio.sleep(HEARTBEAT_SECONDS)
         try:

@@ -20,7 +20,7 @@ from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.lanes import LanePlan, TrialRunner
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import PROGRESS_KEY, ROWS_KEY, Progress, RowsTable
-from prefect_harbor.flows.run_folder import RunFolder, beat, current_flow_run_id, keep_heartbeat
+from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id, start_heartbeat
 from prefect_harbor.flows.selection import Selection
 from prefect_harbor.flows.sharding import ShardSplit, heartbeat_file, status_file
 from prefect_harbor.flows.sweep import prepare_runtimes, prewarm_tasks, remove_orphaned_containers, resolve_configuration, run_lanes
@@ -80,8 +80,7 @@ async def sweep_shard(
         recorder = Recorder(sweep, Progress(to_run, key=PROGRESS_KEY + keys), RowsTable(tally, to_run, key=ROWS_KEY + keys), tally, logger)
         await recorder.start()
         channel = ControlChannel(folder.store, RowTracker(list(tracked), tracked, host=host_name()), logger, status_file=status_file(shard), answers=False)
-        await asyncio.to_thread(beat, folder.store, heartbeat_file(shard), current_flow_run_id())
-        heartbeat = asyncio.create_task(keep_heartbeat(folder.store, heartbeat_file(shard), current_flow_run_id(), logger))
+        heartbeat = await start_heartbeat(folder.store, heartbeat_file(shard), current_flow_run_id(), logger)
         try:
             scope = await run_lanes(plan, TrialRunner(sweep, plan), mine(), frozenset(), recorder, channel, logger)
         finally:

@@ -95,14 +95,11 @@ class Auto(StrEnum):
     AUTO = "auto"
 
 
-AUTO = Auto.AUTO
-
-
 async def shard_count(shards: int | str) -> int | None:
     """How many shards the sweep runs on: None for this host alone (``shards=1``), else the count,
     ``"auto"`` being one per worker online on the shards' pool. The shards' deployment (and for
     ``"auto"`` a worker) is checked to be there before anything starts."""
-    if shards != AUTO and (isinstance(shards, bool) or not isinstance(shards, int) or shards < 1):
+    if shards != Auto.AUTO and (isinstance(shards, bool) or not isinstance(shards, int) or shards < 1):
         raise ConfigurationError(f"shards: {shards!r} is not a host count; give 1 (this host), more, or 'auto' (one per worker online).")
     if shards == 1:
         return None
@@ -115,7 +112,7 @@ async def shard_count(shards: int | str) -> int | None:
                 "`prefect deploy --prefect-file deployments/prefect.yaml --all` and start a worker on each host "
                 "(`prefect worker start --pool harbor-process --limit 1`)."
             ) from None
-        if shards != AUTO:
+        if shards != Auto.AUTO:
             return int(shards)
         pool = deployment.work_pool_name
         online = WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"]))
