@@ -67,20 +67,20 @@ def bootstrap(reference: str, mirror: str | None = None, *, force: bool = False)
         if not force and podman_sync("image", "exists", sibling).returncode == 0:
             podman_sync("tag", sibling, target).check(f"tagging {sibling} as {target}")
             return target
-    _debootstrap(suite, tree, mirror)
+    debootstrap_image(suite, tree, mirror)
     if target != tree:
         podman_sync("tag", tree, target).check(f"tagging {tree} as {target}")
     return target
 
 
-def _debootstrap(suite: str, target: str, mirror: str | None) -> None:
-    """``debootstrap --variant=minbase SUITE`` imported as the image ``target``."""
+def debootstrap_image(suite: str, target: str, mirror: str | None, include: tuple[str, ...] = ()) -> None:
+    """``debootstrap --variant=minbase SUITE`` (with the packages ``include`` names) imported as the image ``target``."""
     if shutil.which("debootstrap") is None:
         raise EngineError("debootstrap is not installed (apt-get install debootstrap).")
     with tempfile.TemporaryDirectory(prefix="prefect-harbor-bootstrap-") as scratch:
         root = Path(scratch, "rootfs")
         run = subprocess.run(
-            ["debootstrap", "--variant=minbase", suite, str(root), mirror or host_debian_mirror()],
+            ["debootstrap", "--variant=minbase", *([f"--include={','.join(include)}"] if include else []), suite, str(root), mirror or host_debian_mirror()],
             capture_output=True, text=True,
         )  # fmt: skip
         if run.returncode != 0:
@@ -91,7 +91,8 @@ def _debootstrap(suite: str, target: str, mirror: str | None) -> None:
                     entry.unlink()
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         imported = podman_sync(
-            "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite}", "-", target, stdin=tar.stdout, timeout=None
+            "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite} {' '.join(include)}".strip(), "-", target,
+            stdin=tar.stdout, timeout=None,
         )
         tar.wait()
         if imported.returncode != 0:

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import hashlib
 import logging
+import os
 import re
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -43,6 +44,7 @@ from harbor.models.task.config import EnvironmentConfig, TaskConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
 from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
+from prefect_harbor.sandbox.builder import BuildJob, run_build
 from prefect_harbor.sandbox.compose import TESTS_DIR, Project, Service
 from prefect_harbor.sandbox.compose import load as load_compose
 from prefect_harbor.sandbox.dockerfile import (
@@ -57,17 +59,17 @@ from prefect_harbor.sandbox.dockerfile import (
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
-from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT, build_cgroup_parent
-from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
+from prefect_harbor.sandbox.private import private_folder
 from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.remote_sources import RemoteSourceError, fetch
-from prefect_harbor.sandbox.seccomp import seccomp_options
 from prefect_harbor.sandbox.separate_verifier import verifier_environments, verifier_image_kwargs
 from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 
 #: Bump when the way images are built changes, so old cached tags are not reused.
 #: 3: every WORKDIR of the final stage is created; COPY --from=<image> is pinned to its resolved image.
-RECIPE_VERSION = "3"
+#: 4: built in the builder's container (:mod:`.builder`, Debian 13's buildah).
+RECIPE_VERSION = "4"
 #: Where bootstrapped bases live: a registry name nobody can pull from by accident.
 LOCAL_REGISTRY = "prefect-harbor.local"
 #: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
@@ -349,8 +351,8 @@ class ImageResolver:
         for certificate in self.settings.extra_ca_certs:
             digest.update(certificate.read_bytes())
         for pair in self.settings.baked_paths:  # content-addressed folders: the name and the top entry identify them
-            stat = Path(pair["source"]).stat()
-            digest.update(f"baked={pair['source']}>{pair['target']}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
+            made = Path(pair["source"]).stat()
+            digest.update(f"baked={pair['source']}>{pair['target']}:{made.st_size}:{made.st_mtime_ns}\0".encode())
         # Named by content alone: tasks with identical environments share one image.
         tag = f"{IMAGE_REPOSITORY}:{digest.hexdigest()}"
         if self._known.get(tag) == tag:
@@ -364,39 +366,40 @@ class ImageResolver:
         if not await _exists(tag):
             async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
-                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds) as slot:
-                        await self._build(environment_dir, dockerfile, name, guarded, bases, tag, timeout_sec, slot)
+                    async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
+                        await self._build(environment_dir, dockerfile, name, guarded, {**bases, **copied}, tag, timeout_sec)
         self._known[tag] = tag
         return tag
 
     async def _build(
-        self, context: Path, dockerfile: Path, name: str, guarded: Guarded, bases: dict[str, str], tag: str, timeout_sec: float, slot: int
+        self, context: Path, dockerfile: Path, name: str, guarded: Guarded, bases: dict[str, str], tag: str, timeout_sec: float
     ) -> None:  # fmt: skip
-        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        """Build ``tag`` in the builder's sandbox (:mod:`.builder`) and keep its log, readable by this user only."""
         log_path = self.log_path(tag)
         with tempfile.TemporaryDirectory(prefix="prefect-harbor-build-") as scratch:
-            rewritten = Path(scratch, "Dockerfile")
-            args = ["build", "--pull=never", "--layers", "-f", str(rewritten), "-t", tag]
-            args += ["--label", f"io.prefect-harbor.recipe={RECIPE_VERSION}", "--label", f"io.prefect-harbor.task={name}"]
-            args += await build_isolation(slot, self.settings.pids_limit)
-            args += await _downloads(guarded, Path(scratch, "downloads"), dockerfile)
+            contexts = await _downloads(guarded, Path(scratch, "downloads"), dockerfile)
             text_out = pin_bases(guarded.text, bases, self._trust_store_lines())
             for n, pair in enumerate(self.settings.baked_paths):
                 source, target = Path(pair["source"]), pair["target"]
-                args += ["--build-context", f"prefect-harbor-baked-{n}={source if source.is_dir() else source.parent}"]
+                contexts[f"prefect-harbor-baked-{n}"] = source if source.is_dir() else source.parent
                 text_out += f"COPY --from=prefect-harbor-baked-{n} {'.' if source.is_dir() else source.name} {target}{'/' if source.is_dir() else ''}\n"
-            rewritten.write_text(text_out)
             if self.settings.extra_ca_certs:
                 ca_dir = Path(scratch, "ca")
                 ca_dir.mkdir()
                 for n, certificate in enumerate(self.settings.extra_ca_certs):
                     (ca_dir / f"extra-{n}.crt").write_bytes(certificate.read_bytes())
-                args += ["--build-context", f"{_CA_STAGE}={ca_dir}"]
+                contexts[_CA_STAGE] = ca_dir
+            job = BuildJob(
+                context, text_out, tag, bases={resolved: await self.image_id(resolved) for resolved in set(bases.values())},
+                contexts=contexts, labels={"io.prefect-harbor.recipe": RECIPE_VERSION, "io.prefect-harbor.task": name},
+                build_args=await asyncio.to_thread(container_proxy_variables),
+            )  # fmt: skip
             try:
-                done = await podman(*args, str(context), timeout=timeout_sec)
+                done = await run_build(job, timeout_sec=timeout_sec, pids_limit=self.settings.pids_limit)
             except TimeoutError:
                 raise ImageBuildError(f"building {tag} took longer than the task's build_timeout_sec ({timeout_sec:g} s).") from None
-        log_path.write_bytes(done.stdout + done.stderr)
+        private_folder(log_path.parent, "build logs")
+        _write_private(log_path, done.stdout + done.stderr)
         self.builds += 1
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-15:]
@@ -420,21 +423,8 @@ class ImageResolver:
         ]
 
 
-async def build_isolation(slot: int, pids_limit: int) -> list[str]:
-    """What every build's RUN steps get, as trials do: the guarded ``prefect-harbor`` network (NAT out,
-    no host service, no other container), the project's seccomp profile and capabilities
-    (``containers.conf``), the host's proxy without its credentials (not podman's own pass-through),
-    and a process limit for the build slot."""
-    network = await asyncio.to_thread(ensure_network)
-    proxies = await asyncio.to_thread(container_proxy_variables)
-    args = ["--network", network, *seccomp_options(), "--http-proxy=false"]
-    for variable, value in proxies.items():
-        args += ["--build-arg", f"{variable}={value}"]
-    return args + await asyncio.to_thread(build_cgroup_parent, slot, pids_limit)
-
-
-async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> list[str]:
-    """Fetch the guarded Dockerfile's ``ADD`` URLs (:mod:`.remote_sources`): the ``--build-context`` options that hold them."""
+async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> dict[str, Path]:
+    """Fetch the guarded Dockerfile's ``ADD`` URLs (:mod:`.remote_sources`): the build contexts that hold them, by name."""
     contexts: dict[str, Path] = {}
     for context, file_name, url in guarded.downloads:
         contexts.setdefault(context, folder / context).mkdir(parents=True, exist_ok=True)
@@ -442,7 +432,15 @@ async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> list[s
             await fetch(url, contexts[context] / file_name)
         except (RemoteSourceError, httpx.HTTPError) as failed:
             raise ImageBuildError(f"{dockerfile}: {failed}") from None
-    return [option for context, path in contexts.items() for option in ("--build-context", f"{context}={path}")]
+    return contexts
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, readable by this user only: a build log holds whatever a RUN step printed."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(data)
 
 
 def _sanitize(name: str) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from functools import cache
 from pathlib import Path
+
+from prefect_harbor.sandbox.private import private_folder
 
 #: The engine's default profile, which every container gets less what this module takes away.
 DEFAULT_SECCOMP_PROFILE = Path("/usr/share/containers/seccomp.json")
@@ -39,10 +40,6 @@ NEEDS_SYS_ADMIN = frozenset({
 #: CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET: Docker's mask for ``clone``.
 CLONE_NAMESPACE_FLAGS = 0x7E020000
 _EPERM, _ENOSYS = 1, 38
-
-
-class SeccompProfileError(RuntimeError):
-    """The profile cannot be kept where only this user can write it."""
 
 
 def strict_profile(default: dict) -> dict:
@@ -70,23 +67,19 @@ def strict_profile(default: dict) -> dict:
         # glibc tries clone3 first and falls back to clone on ENOSYS (clone3's flags are in memory, out of a filter's reach).
         {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS, "excludes": sys_admin},
     ]  # fmt: skip
-    profile["syscalls"] = rules
+    # A rule that says what the default says is dropped (clone3's ENOSYS, where the default is ENOSYS too):
+    # libseccomp refuses such a filter in the builder's buildah ("requested action matches default action").
+    said_by_default = (profile.get("defaultAction"), profile.get("defaultErrnoRet"))
+    profile["syscalls"] = [rule for rule in rules if (rule["action"], rule.get("errnoRet")) != said_by_default]
     return profile
 
 
 def profile_folder() -> Path:
-    """A folder only this user can write (made 0700): where the profile is kept.
+    """A folder only this user can write: where the profile is kept.
 
     Not the system's temporary folder: anyone can create a name there first, and a profile
     another user could rewrite would let them choose what a container may call."""
-    folder = Path(os.environ.get("XDG_RUNTIME_DIR") or Path.home() / ".cache") / "prefect-harbor" / "seccomp"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    info = folder.lstat()
-    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
-        raise SeccompProfileError(f"{folder} is a link or belongs to another user: remove it (the seccomp profile is kept there).")
-    if info.st_mode & 0o077:
-        folder.chmod(0o700)
-    return folder
+    return private_folder(Path(os.environ.get("XDG_RUNTIME_DIR") or Path.home() / ".cache") / "prefect-harbor" / "seccomp", "the seccomp profile")
 
 
 @cache

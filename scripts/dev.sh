@@ -77,6 +77,9 @@ setup() {
     # real images instead. Kept in podman's storage: later runs find them (~45 s the first time).
     say "Base images (prefect-harbor images bootstrap)"
     .venv/bin/prefect-harbor images bootstrap debian:bookworm-slim debian:bookworm
+    # Task images are built inside a builder container (Debian 13's buildah), never by the host's own.
+    say "Image builder (prefect-harbor images builder)"
+    .venv/bin/prefect-harbor images builder
 }
 
 # Offline-friendly Prefect defaults: no analytics, and time for a cold ephemeral server.

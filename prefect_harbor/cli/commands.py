@@ -394,6 +394,21 @@ def images_bootstrap(
         Console().print(f"{reference}: {made}", highlight=False)
 
 
+@images.command("builder")
+def images_builder(
+    mirror: Annotated[str | None, typer.Option(help="The Debian mirror (default: the host's own, from its apt sources).")] = None,
+    force: Annotated[bool, typer.Option(help="Bootstrap it again even if it exists.")] = False,
+) -> None:
+    """Make the image builder: Debian 13's buildah, in which every task image is built (see the README's isolation section)."""
+    from prefect_harbor.sandbox.builder import ensure_builder_image
+
+    try:
+        made = ensure_builder_image(mirror, force=force)
+    except RuntimeError as error:
+        raise fail(str(error)) from None
+    Console().print(f"builder: {made}", highlight=False)
+
+
 @app.command()
 def cleanup(
     results: Annotated[str, typer.Option(help="Results root whose dead runs to mark Crashed: a local path or an fsspec URL.")] = "results",

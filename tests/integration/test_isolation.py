@@ -9,6 +9,7 @@ canary; the assertions check the host afterwards. What each probe tries is in it
 import asyncio
 import ctypes
 import json
+import logging
 import os
 import secrets
 import socket
@@ -24,6 +25,7 @@ from tasks_factory import BASE_DOCKERFILE, write_task
 
 from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.sandbox import ImageBuildError, build_guard, images, prepare_task_image
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
 from prefect_harbor.sandbox.janitor import owner_token
 from prefect_harbor.sandbox.network import NETWORK_NAME, bridge_name, gateway_address
@@ -486,3 +488,104 @@ def test_new_user_namespaces_are_refused_in_trials_and_builds(hostile_sweep, tas
 def test_a_host_service_on_a_relay_port_where_no_relay_runs_is_unreachable(hostile_sweep):
     assert not agent_file(hostile_sweep, "reach-unrelayed-port", "unrelayed.txt").endswith("rc=0\n")
     assert hostile_sweep["unrelayed"].connections == 0
+
+
+# ------------------------------------------------------------------ the builder's own sandbox
+# Builds alone (prewarm's prepare_task_image), each shape with the Dockerfile guard on and with it
+# switched off: the builder's container, not the guard, is what must hold.
+
+#: CVE-2024-1753's stage: a symlink to / that the next stage bind-mounts.
+LINK_STAGE = "FROM debian:bookworm-slim AS l\nRUN ln -s / /r && echo {fresh}\nFROM debian:bookworm-slim\n"
+#: The mount, as each shape the guard once misread writes it: {mount} is the bind mount's options.
+MOUNT_SHAPES = {
+    "comment-in-continuation": LINK_STAGE + "RUN \\\n# c\n --mount={mount},rw sh -c 'cat /h{secret}; echo p > /h{planted}'; echo {fresh}\n",
+    "blank-line-in-continuation": LINK_STAGE + "RUN \\\n\n --mount={mount},rw sh -c 'cat /h{secret}; echo p > /h{planted}'; echo {fresh}\n",
+    "escape-directive": "# escape=`\n" + LINK_STAGE + "RUN `\n --mount={mount},rw sh -c 'cat /h{secret}; echo p > /h{planted}'; echo {fresh}\n",
+    "read-only": LINK_STAGE + "RUN --mount={mount} cat /h{secret}; echo {fresh}\n",
+}
+#: ADD of a host listener, as each shape the guard or the downloader once let through writes it.
+ADD_SHAPES = {
+    "add-quoted-url": 'FROM debian:bookworm-slim\nADD "http://127.0.0.1:{port}/{fresh}" /q\n',
+    "add-escaped-colon": "FROM debian:bookworm-slim\nADD http\\://127.0.0.1:{port}/{fresh} /q\n",
+    "add-url-after-comment": "FROM debian:bookworm-slim\nADD \\\n# c\n http://127.0.0.1:{port}/{fresh} /q\n",
+    "add-mapped-ipv6": "FROM debian:bookworm-slim\nADD http://[::ffff:127.0.0.1]:{port}/{fresh} /q\n",
+    "add-gateway": "FROM debian:bookworm-slim\nADD http://{gateway}:{port}/{fresh} /q\n",
+}
+#: Two tasks whose identical RUN line mounts a stage of different content.
+CACHE_PAIR = (
+    "FROM debian:bookworm-slim AS builder\nRUN echo {content} > /payload\n"
+    "FROM debian:bookworm-slim\nRUN --mount=type=bind,from=builder,source=/payload,target=/p cp /p /payload-copy\n"
+)
+
+
+async def _build_outcome(task: Path) -> str:
+    """What a build left to read: its log, or its error and log, as text."""
+    try:
+        prepared = await prepare_task_image(task, {"extra_ca_certs": []}, logging.getLogger("builder-probe"))
+    except ImageBuildError as failed:
+        log = failed.log_path.read_text(errors="replace") if failed.log_path else ""
+        return f"refused or failed: {failed}\n{log}"
+    return "built\n" + (prepared.build_log.read_text(errors="replace") if prepared.build_log else "")
+
+
+@pytest.fixture(scope="module")
+def builder_probes(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every shape built twice (guard on, guard off) and the cache pair built in turn; what the host saw after."""
+    tmp_path = tmp_path_factory.mktemp("builder")
+    secret, canary = tmp_path / "host-secret.txt", f"builder-canary-{secrets.token_hex(8)}"
+    secret.write_text(canary)
+    fresh = secrets.token_hex(8)
+    mount = "type=bind,from=l,source=/r,target=/h"
+    texts = {name: shape.format(fresh=fresh, mount=mount, secret=secret, planted=tmp_path / f"planted-{name}") for name, shape in MOUNT_SHAPES.items()}
+    listeners = {(name, guarded): Listener() for name in ADD_SHAPES for guarded in (True, False)}
+    outcomes: dict[tuple[str, bool], str] = {}
+    for guarded in (True, False):
+        port = {name: listeners[(name, guarded)].port for name in ADD_SHAPES}
+        texts |= {name: shape.format(fresh=fresh, port=port[name], gateway=gateway_address()) for name, shape in ADD_SHAPES.items()}
+        tasks = {name: write_task(tmp_path / f"guard-{guarded}", name) for name in texts}
+        for name, task in tasks.items():
+            (task / "environment" / "Dockerfile").write_text(texts[name])
+        with pytest.MonkeyPatch.context() as patch:
+            if not guarded:  # the test-only switch: every Dockerfile goes to the builder as written
+                patch.setattr(images, "guard", lambda text, context, key: build_guard.Guarded(text))
+
+            async def build_all(tasks=tasks) -> list[str]:
+                return list(await asyncio.gather(*(_build_outcome(task) for task in tasks.values())))
+
+            outcomes |= {(name, guarded): found for name, found in zip(tasks, asyncio.run(build_all()), strict=True)}
+    pair = {side: write_task(tmp_path / "cache-pair", f"cache-{side}") for side in ("a", "b")}
+    for side, task in pair.items():
+        (task / "environment" / "Dockerfile").write_text(CACHE_PAIR.format(content=f"{side}-{fresh}"))
+    copies = {}
+    for side, task in pair.items():  # one after the other: the second may only find the first's cache
+        prepared = asyncio.run(prepare_task_image(task, {"extra_ca_certs": []}, logging.getLogger("builder-probe")))
+        copies[side] = podman_sync("run", "--rm", prepared.image, "cat", "/payload-copy").check("reading the copy").text
+    return {"outcomes": outcomes, "tmp": tmp_path, "canary": canary, "listeners": listeners, "copies": copies, "fresh": fresh}
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guard-on", "guard-off"])
+@pytest.mark.parametrize("shape", sorted(MOUNT_SHAPES))
+def test_a_bind_mount_escape_shape_reads_and_writes_nothing_of_the_host(builder_probes, shape, guarded):
+    """CVE-2024-1753's shape as the guard once misread it: whatever the guard makes of it, the builder's root is not the host's."""
+    outcome = builder_probes["outcomes"][(shape, guarded)]
+    assert builder_probes["canary"] not in outcome, f"a RUN step read the host's file: {outcome[-2000:]}"
+    assert not (builder_probes["tmp"] / f"planted-{shape}").exists(), "a RUN step wrote into the host's file system"
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guard-on", "guard-off"])
+@pytest.mark.parametrize("shape", sorted(ADD_SHAPES))
+def test_an_add_of_a_host_address_reaches_no_host_listener(builder_probes, shape, guarded):
+    outcome = builder_probes["outcomes"][(shape, guarded)]
+    assert outcome.startswith("refused or failed"), f"the build fetched from the host: {outcome[-2000:]}"
+    assert builder_probes["listeners"][(shape, guarded)].connections == 0, f"the host's listener was reached: {outcome[-2000:]}"
+
+
+def test_the_bind_mount_escape_builds_with_the_guard_on(builder_probes):
+    """The guard lowers the mount rather than refusing the task: a task that mounts from a stage still builds."""
+    assert builder_probes["outcomes"][("read-only", True)].startswith("built"), builder_probes["outcomes"][("read-only", True)][-2000:]
+
+
+def test_no_cached_step_crosses_tasks_whose_mounted_stages_differ(builder_probes):
+    """Two tasks, one RUN line, different ``from=`` stages: each image holds its own stage's content."""
+    fresh = builder_probes["fresh"]
+    assert builder_probes["copies"] == {"a": f"a-{fresh}", "b": f"b-{fresh}"}

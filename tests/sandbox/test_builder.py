@@ -1,0 +1,74 @@
+"""The builder container's command line: its walls, and that it sees no host path but its own (no engine runs here)."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from prefect_harbor.sandbox import builder
+from prefect_harbor.sandbox.engine import CONF_DIR
+from prefect_harbor.sandbox.private import PrivateFolderError, private_folder
+from prefect_harbor.sandbox.seccomp import strict_profile
+
+
+@pytest.fixture
+def argv(tmp_path, monkeypatch) -> list[str]:
+    monkeypatch.setenv("PREFECT_HARBOR_BUILDER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(builder, "ensure_network", lambda: "prefect-harbor")
+    monkeypatch.setattr(builder, "seccomp_profile", lambda: tmp_path / "profile.json")
+    monkeypatch.setattr(builder, "_owned_by_builder", lambda path: path)
+    home = builder.builder_home()
+    job = builder.BuildJob(
+        context=tmp_path / "task" / "environment", dockerfile="FROM x\n", tag="localhost/prefect-harbor/task:abc",
+        bases={"prefect-harbor.local/library/debian:bookworm-slim": "f" * 64}, contexts={"prefect-harbor-extra-ca": tmp_path / "ca"},
+        labels={"io.prefect-harbor.task": "t"}, build_args={"HTTP_PROXY": "http://10.89.0.1:47200"},
+    )  # fmt: skip
+    archives = {"f" * 64: home / "bases" / f"{'f' * 64}.tar"}
+    return asyncio.run(builder._run_argv("builder:image", "b1", job, home / "build-1", home / "build-1" / "out", archives, 512, home))
+
+
+def volumes(argv: list[str]) -> list[tuple[str, str]]:
+    return [tuple(argv[i + 1].split(":")[:2]) for i, word in enumerate(argv) if word == "--volume"]  # type: ignore[misc]
+
+
+def test_the_builder_runs_in_its_own_user_namespace_with_the_trials_walls(argv):
+    engine = argv[: argv.index("builder:image")]
+    assert ["--uidmap", f"0:{builder.BUILDER_IDS[0]}:65536"] == engine[engine.index("--uidmap") : engine.index("--uidmap") + 2]
+    assert engine[engine.index("--cap-add") + 1] == "SYS_ADMIN" and engine.count("--cap-add") == 1
+    assert engine[engine.index("--network") + 1] == "prefect-harbor"
+    assert engine[engine.index("--pids-limit") + 1] == "512"
+    assert any(word.startswith("seccomp=") for word in engine) and "--privileged" not in engine
+    assert "--http-proxy=false" in engine
+
+
+def test_the_builder_sees_no_host_path_but_its_own_and_the_builds_inputs(argv, tmp_path):
+    home = tmp_path / "home"
+    allowed = (home, tmp_path / "profile.json", CONF_DIR / "containers.conf")
+    for source, target in volumes(argv):
+        assert any(Path(source) == root or Path(source).is_relative_to(root) for root in allowed), (source, target)
+    assert ("/context" in {target for _, target in volumes(argv)}) and (str(tmp_path / "task" / "environment"), "/context") not in volumes(argv)
+
+
+def test_run_steps_get_the_strict_profile_and_the_bases_come_in_by_id(argv):
+    script_args = argv[argv.index(builder._BUILD_SCRIPT) + 1 :]
+    assert script_args[:4] == ["build", "localhost/prefect-harbor/task:abc", "f" * 64, "prefect-harbor.local/library/debian:bookworm-slim"]
+    build = script_args[script_args.index("--") + 1 :]
+    assert build[build.index("--isolation") + 1] == "chroot" and "--pull=never" in build
+    assert any(word.startswith("seccomp=") for word in build), "RUN steps would hold the builder's own SYS_ADMIN filter"
+    assert "prefect-harbor-extra-ca=/contexts/0" in build and "HTTP_PROXY=http://10.89.0.1:47200" in build
+
+
+def test_a_seccomp_rule_that_repeats_the_default_is_dropped_as_buildahs_libseccomp_requires():
+    default = {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 38, "syscalls": [{"names": ["read", "clone3"], "action": "SCMP_ACT_ALLOW"}]}
+    rules = strict_profile(default)["syscalls"]
+    assert not [rule for rule in rules if rule["action"] == "SCMP_ACT_ERRNO" and rule.get("errnoRet") == 38]
+    assert any(rule["names"] == ["unshare"] or "unshare" in rule["names"] for rule in rules if rule.get("errnoRet") == 1)
+
+
+def test_a_private_folder_that_is_a_link_is_refused(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "logs").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PrivateFolderError, match="is a link or belongs to another user"):
+        private_folder(tmp_path / "logs", "build logs")
+    made = private_folder(tmp_path / "fresh", "build logs")
+    assert made.stat().st_mode & 0o777 == 0o700
