@@ -536,12 +536,18 @@ def builder_probes(tmp_path_factory: pytest.TempPathFactory) -> dict:
     secret.write_text(canary)
     fresh = secrets.token_hex(8)
     mount = "type=bind,from=l,source=/r,target=/h"
-    texts = {name: shape.format(fresh=fresh, mount=mount, secret=secret, planted=tmp_path / f"planted-{name}") for name, shape in MOUNT_SHAPES.items()}
     listeners = {(name, guarded): Listener() for name in ADD_SHAPES for guarded in (True, False)}
     outcomes: dict[tuple[str, bool], str] = {}
     for guarded in (True, False):
-        port = {name: listeners[(name, guarded)].port for name in ADD_SHAPES}
-        texts |= {name: shape.format(fresh=fresh, port=port[name], gateway=gateway_address()) for name, shape in ADD_SHAPES.items()}
+        # A token per build: shapes that buildah reads alike would otherwise take each other's cached steps and try nothing.
+        texts = {
+            name: shape.format(fresh=f"{fresh}-{name}-{guarded}", mount=mount, secret=secret, planted=tmp_path / f"planted-{name}")
+            for name, shape in MOUNT_SHAPES.items()
+        }
+        texts |= {
+            name: shape.format(fresh=f"{fresh}-{name}-{guarded}", port=listeners[(name, guarded)].port, gateway=gateway_address())
+            for name, shape in ADD_SHAPES.items()
+        }
         tasks = {name: write_task(tmp_path / f"guard-{guarded}", name) for name in texts}
         for name, task in tasks.items():
             (task / "environment" / "Dockerfile").write_text(texts[name])
