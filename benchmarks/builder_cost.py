@@ -27,7 +27,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
