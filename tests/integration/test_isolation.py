@@ -180,7 +180,8 @@ def hostile_dockerfile(reach: str, key: int) -> str:
         f"RUN {reach.replace('/logs/agent/', '/probe/')}",
         f'RUN python3 -c "{keyctl}" > /probe/keyctl.txt 2>&1; true',
         "RUN unshare -Ur true > /probe/unshare.txt 2>&1; echo rc=$? >> /probe/unshare.txt",
-        "RUN env > /probe/build-env.txt; tr '\\0' '\\n' < /proc/1/environ >> /probe/build-env.txt",
+        # The builder's own first process may be out of a step's reach (its capabilities are not the step's): then that is said.
+        "RUN env > /probe/build-env.txt; { tr '\\0' '\\n' < /proc/1/environ; } >> /probe/build-env.txt 2>&1; true",
         "RUN apt-get update -qq > /probe/apt.txt 2>&1; echo rc=$? >> /probe/apt.txt",
     ]) + "\n"  # fmt: skip
 
