@@ -287,3 +287,23 @@ async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
     assert failed.value.log_path is not None
     started = re.search(r"^started (\d+)$", failed.value.log_path.read_text(), re.MULTILINE)
     assert started and int(started[1]) < 64, f"the loop ran unbounded: {started and started[0]}"
+
+
+@pytest.mark.integration
+async def test_a_build_past_its_timeout_is_stopped_and_leaves_no_builder_behind(tmp_path):
+    token = uuid.uuid4().hex
+    context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\nRUN echo {token} && sleep 300\n")
+    with pytest.raises(ImageBuildError, match="took longer than the task's build_timeout_sec"):
+        await fresh_resolver().ensure_built(context, "slow", timeout_sec=8)
+    left = await podman("ps", "--all", "--quiet", "--filter", "label=io.prefect-harbor.build")
+    assert left.text == "", "a builder container outlived its build"
+
+
+@pytest.mark.integration
+async def test_a_file_only_its_owner_may_read_is_built_into_the_image_as_dockers_builder_reads_it(tmp_path):
+    """The builder's root is nobody on the host: it reads a copy of the context made for it, modes kept."""
+    context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\nCOPY secret.txt /opt/secret.txt\nRUN echo {uuid.uuid4().hex}\n", **{"secret.txt": "mine\n"})
+    (context / "secret.txt").chmod(0o600)
+    tag = await fresh_resolver().ensure_built(context, "private", timeout_sec=300)
+    shown = await podman("run", "--rm", tag, "stat", "-c", "%a %u %s", "/opt/secret.txt")
+    assert shown.text == "600 0 5", shown
