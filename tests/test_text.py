@@ -1,0 +1,113 @@
+"""Task-controlled text reaches the console and Prefect with its control characters shown, never obeyed."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+from prefect_harbor.text import VisibleControls, visible, visible_logs, visible_values
+
+#: What a hostile verifier prints: a window title, a clear screen, a hyperlink hiding its target,
+#: a clipboard write, a cursor move up and a line erased, a bare carriage return, a C1 CSI.
+HOSTILE = (
+    "\x1b]0;pwned\x07"
+    "\x1b[2J"
+    "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"
+    "\x1b]52;c;cm0gLXJmIH4=\x07"
+    "\x1b[1A\x1b[2K"
+    "checking\rreward 1"
+    "\x9b2J"
+)
+#: Any character a terminal obeys rather than shows (tab and newline are text).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def test_escape_sequences_are_shown_as_text():
+    shown = visible(HOSTILE)
+    assert not CONTROLS.search(shown)
+    assert shown.startswith("\\x1b]0;pwned\\x07\\x1b[2J")
+    assert "checking\\x0dreward 1" in shown and shown.endswith("\\x9b2J")
+
+
+def test_tabs_newlines_and_unicode_text_are_kept_as_they_are():
+    text = "naïve Ærø 日本語 🎉 👩‍💻 ✔\tcolumn\nnext line\n"
+    assert visible(text) is text
+
+
+def test_a_windows_line_end_is_a_newline_and_a_lone_carriage_return_is_shown():
+    assert visible("one\r\ntwo\r") == "one\ntwo\\x0d"
+
+
+def test_showing_twice_changes_nothing_more():
+    assert visible(visible(HOSTILE)) == visible(HOSTILE)
+
+
+def test_every_string_of_an_artifacts_rows_is_shown_keys_included():
+    rows = [{"row": "r\x1b[2J", "reward": 1.0, "rewards": {"k\x07": 0.5}, "tags": ("a\x9b",), "none": None}]
+    assert visible_values(rows) == [{"row": "r\\x1b[2J", "reward": 1.0, "rewards": {"k\\x07": 0.5}, "tags": ["a\\x9b"], "none": None}]
+
+
+def captured(logger_name: str) -> tuple[logging.Logger, io.StringIO]:
+    """A logger whose records reach a handler on the root logger (as Prefect's console handler is), formatted into a buffer."""
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    logging.getLogger().addHandler(handler)
+    logger = logging.getLogger(logger_name)
+    logger.setLevel(logging.INFO)
+    return logger, buffer
+
+
+def test_a_propagated_record_and_its_traceback_reach_the_handler_shown():
+    logger, buffer = captured("harbor.test_text.trial")  # propagates: a filter on this logger alone would be passed by
+    try:
+        with visible_logs():
+            logger.info("verifier said: %s", HOSTILE)
+            try:
+                raise RuntimeError(f"build failed:\n{HOSTILE}")
+            except RuntimeError:
+                logger.exception("image build failed")
+        logger.info("after the flow: \x1b[2J")
+    finally:
+        logging.getLogger().handlers.pop()
+    during, after = buffer.getvalue().split("after the flow: ")
+    assert not CONTROLS.search(during) and "verifier said: \\x1b]0;pwned" in during and "RuntimeError: build failed:\n\\x1b]0;pwned" in during
+    assert after == "\x1b[2J\n", "outside the block the handler is as it was"
+
+
+def test_a_record_whose_arguments_do_not_fit_is_left_to_its_handler():
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "%d rows", ("many",), None)
+    assert VisibleControls().filter(record) is True
+    assert (record.msg, record.args) == ("%d rows", ("many",))
+
+
+def test_prefects_run_logger_handlers_and_loggings_last_resort_get_the_filter():
+    """get_run_logger's records are handled by the API handler on ``prefect.flow_runs``/``prefect.task_runs``
+    and by the console handler on the root; a command without handlers prints warnings through the last resort."""
+    from prefect.logging.configuration import ensure_logging_setup
+    from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
+
+    ensure_logging_setup()  # as in any process that imported ``prefect.flow``
+    api = [h for name in ("prefect.flow_runs", "prefect.task_runs") for h in logging.getLogger(name).handlers if isinstance(h, APILogHandler)]
+    console = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    assert len(api) == 2 and len(console) == 1
+    handlers = [*api, *console]
+    with visible_logs():
+        for handler in [*handlers, logging.lastResort]:
+            record = logging.LogRecord("prefect.task_runs", logging.INFO, __file__, 1, "Row r: %s", (HOSTILE,), None)
+            assert handler.filter(record) and not CONTROLS.search(record.getMessage())
+    assert not any(isinstance(f, VisibleControls) for h in [*handlers, logging.lastResort] for f in h.filters)
+
+
+def test_a_sweeps_log_records_are_redacted_then_shown():
+    from prefect_harbor.flows.configuration import sweep_logs
+    from prefect_harbor.secrets import Redactor
+
+    key = "sk-test-0123456789abcdef"
+    logger, buffer = captured("prefect_harbor.test_text.sweep")
+    try:
+        with sweep_logs(Redactor.of([key])):
+            logger.info(f"reward.json holds {key}\x1b[1A{key}")
+    finally:
+        logging.getLogger().handlers.pop()
+    assert buffer.getvalue() == "reward.json holds [REDACTED]\\x1b[1A[REDACTED]\n"
