@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 
@@ -111,3 +112,45 @@ def test_a_sweeps_log_records_are_redacted_then_shown():
     finally:
         logging.getLogger().handlers.pop()
     assert buffer.getvalue() == "reward.json holds [REDACTED]\\x1b[1A[REDACTED]\n"
+
+
+def failed_row(**fields):
+    from prefect_harbor.storage.results import RowResult
+
+    values = {"row_id": "r0", "task": "t", "status": "failure", "err_category": "verifier_error", "err_message": f"test.sh printed {HOSTILE}"} | fields
+    return RowResult(row_index=0, **values)
+
+
+def test_a_rows_task_run_state_message_is_shown():
+    from prefect_harbor.tasks.trial import outcome_state
+
+    state = outcome_state([failed_row(verifier_tampering=["tests/\x1b[2Jtest.sh changed"])])
+    assert not CONTROLS.search(state.message or "") and "test.sh printed \\x1b]0;pwned" in state.message
+
+
+def test_the_report_artifacts_markdown_shows_a_failures_escapes():
+    from prefect_harbor.flows.reporting import report_markdown
+    from prefect_harbor.storage.results import RunTally
+
+    tally = RunTally()
+    tally.add(failed_row(row_id="r\x1b[2J", task="t\x9b"))
+    report = report_markdown(tally.summary("run1", "file:///results.parquet"), tally)
+    assert not CONTROLS.search(report) and "test.sh printed \\x1b]0;pwned" in report and "| r\\x1b[2J | t\\x9b |" in report
+
+
+async def test_the_row_table_artifact_shows_a_rows_escapes(monkeypatch):
+    from prefect_harbor.flows import reporting
+    from prefect_harbor.storage.results import RunTally
+
+    published = []
+
+    async def artifact(key: str, table: list[dict], description: str) -> None:
+        published.append(table)
+
+    monkeypatch.setattr(reporting, "acreate_table_artifact", artifact)
+    tally = RunTally()
+    tally.add(failed_row(task="t\x1b]0;x\x07"))
+    await reporting.RowsTable(tally, 1).publish("rows")
+    (table,) = published
+    assert not CONTROLS.search(json.dumps(table, ensure_ascii=False))
+    assert table[0]["message"].startswith("test.sh printed \\x1b]0;pwned") and table[0]["task"] == "t\\x1b]0;x\\x07"
