@@ -6,6 +6,10 @@ import io
 import json
 import logging
 import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
 
 from prefect_harbor.text import VisibleControls, visible, visible_logs, visible_values
 
@@ -154,3 +158,51 @@ async def test_the_row_table_artifact_shows_a_rows_escapes(monkeypatch):
     (table,) = published
     assert not CONTROLS.search(json.dumps(table, ensure_ascii=False))
     assert table[0]["message"].startswith("test.sh printed \\x1b]0;pwned") and table[0]["task"] == "t\\x1b]0;x\\x07"
+
+
+def test_the_command_lines_console_shows_escapes_in_strings_and_table_cells():
+    from rich.table import Table
+
+    from prefect_harbor.cli.console import VisibleConsole
+
+    buffer = io.StringIO()
+    console = VisibleConsole(file=buffer, force_terminal=True, width=300)  # a terminal: rich styles with its own escapes
+    table = Table("row", title="Rows \x1b]0;t\x07")
+    table.add_row(f"r {HOSTILE}")
+    console.print(table)
+    console.print(f"[red]failed[/] {HOSTILE}", highlight=False, soft_wrap=True)
+    out = buffer.getvalue()
+    assert "\\x1b]0;pwned\\x07" in out and "Rows \\x1b]0;t\\x07" in out
+    for obeyed in ("\x1b]", "\x1b[2J", "\x1b[1A", "\x07", "\x9b", "\r"):
+        assert obeyed not in out, repr(obeyed)
+    assert "\x1b[31m" in out, "the console's own styling still reaches the terminal"
+
+
+def test_compare_prints_rows_whose_ids_and_tasks_hold_escapes_shown(tmp_path: Path):
+    from prefect_harbor.cli.commands import app
+    from prefect_harbor.storage.results import RowResult
+    from prefect_harbor.storage.run_store import RunStore
+
+    def run(run_id: str, reward: float) -> str:
+        store = RunStore(str(tmp_path), run_id, fallback_dir=tmp_path / "fallback")
+        store.write_rows([RowResult(row_index=0, row_id="r\x1b[2J", task="t\x1b]0;pwned\x07", agent="oracle", status="success", reward=reward)])
+        store.compact()
+        return str(tmp_path / run_id)
+
+    answer = CliRunner().invoke(app, ["compare", run("a", 1.0), run("b", 0.0)], env={"COLUMNS": "300"})
+    assert answer.exit_code == 0, answer.output
+    assert not CONTROLS.search(answer.output.replace("\n", ""))
+    assert "r\\x1b[2J" in answer.output and "t\\x1b]0;pwned\\x07" in answer.output
+
+
+@pytest.mark.parametrize("task", ["t\x1b[2J", "naïve 🎉"])
+def test_the_sweeps_summary_shows_a_task_name_as_text(task, capsys):
+    from prefect_harbor.cli.commands import print_summary
+    from prefect_harbor.storage.results import SweepSummary, TaskScore
+
+    summary = SweepSummary(
+        run_id="r", results_uri="file:///r/results.parquet", rows=1, success=1, failure=0, cancelled=0, mean_reward=1.0, per_task={task: TaskScore(rows=1, mean_reward=1.0)}
+    )
+    print_summary(summary)
+    out = capsys.readouterr().out
+    assert visible(task) in out and not CONTROLS.search(out.replace("\n", ""))
