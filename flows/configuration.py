@@ -19,6 +19,8 @@ from prefect_harbor.blocks.endpoint import ModelEndpoint
 from prefect_harbor.blocks.storage import ResultsStorage
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, describe
 from prefect_harbor.sandbox.limits import ProcessBudgetError, trial_pids_limit
+from prefect_harbor.secrets import Redactor, redacting_logs
+from prefect_harbor.text import visible_logs
 
 #: What the run form's block picker sends for a picked block: ``{"$ref": {"block_document_id": "…"}}``.
 Reference = dict[str, Any]
@@ -146,6 +148,14 @@ def harbor_logs_in_trial_logs_only() -> Iterator[None]:
         yield
     finally:
         harbor.propagate = before
+
+
+@contextmanager
+def sweep_logs(redactor: Redactor) -> Iterator[None]:
+    """How a sweep's (or a shard's) log records leave: Harbor's per-trial lines kept to trial logs, then on every
+    handler the run's secrets redacted and control characters shown, in that order (a secret is matched as written)."""
+    with harbor_logs_in_trial_logs_only(), redacting_logs(redactor), visible_logs():
+        yield
 
 
 class ReturnedFailureOnce(logging.Filter):

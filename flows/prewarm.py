@@ -17,6 +17,7 @@ from prefect_harbor.flows.configuration import check_process_budget, resolve_bac
 from prefect_harbor.rows.dataset import scan_dataset
 from prefect_harbor.spec import BackendSpec
 from prefect_harbor.tasks.prewarm import find_prewarmed, prewarm_trial
+from prefect_harbor.text import visible_logs, visible_values
 from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets, remembers_setups, unknown_task
 from prefect_harbor.trial.row_trial import RunContext
 
@@ -43,7 +44,7 @@ async def prewarm_all(config: BackendSpec, run: RunContext, task_ids: list[str] 
     results += [ready[t.name] for t in known if t.name in ready]
     results += await asyncio.gather(*(one(t) for t in known if t.name not in ready))
     await acreate_table_artifact(
-        [r.model_dump() for r in results], key=PREWARM_KEY, description=f"Prewarm: {sum(r.ok for r in results)}/{len(results)} tasks ready"
+        visible_values([r.model_dump() for r in results]), key=PREWARM_KEY, description=f"Prewarm: {sum(r.ok for r in results)}/{len(results)} tasks ready"
     )
     return results
 
@@ -70,7 +71,8 @@ async def prewarm_flow(
     mounts = tuple(await asyncio.to_thread(prepare_native_agent, config.agent, logger=logger)) if config.is_native else ()
     selected = sorted({*(task_ids or []), *(scan_dataset(dataset).task_ids if dataset else [])})
     run = RunContext(run_id=f"prewarm-{uuid.uuid4().hex[:8]}", trials_dir=Path(config.trials_dir).expanduser().resolve() / "prewarm", bundle=bundle, mounts=mounts)
-    results = await prewarm_all(config.spec(), run, selected)
+    with visible_logs():  # the sweep's own prewarm is within sweep_logs
+        results = await prewarm_all(config.spec(), run, selected)
     failed = [r.task for r in results if not r.ok]
     reused = sum(r.reused for r in results)
     logger.info(f"Prewarm: {len(results) - len(failed)}/{len(results)} tasks ready ({reused} set up before on this host)" + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -1,4 +1,4 @@
-"""What a sweep shows in the Prefect UI: stable-key artifacts on the flow run."""
+"""What a sweep shows in the Prefect UI: stable-key artifacts on the flow run, their text through :func:`~prefect_harbor.text.visible`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from prefect_harbor.flows.configuration import is_reference, referenced_block_na
 from prefect_harbor.outcome import figure, rounded
 from prefect_harbor.stats.render import comparison_markdown, statistics_markdown, summary_columns
 from prefect_harbor.storage.results import RunTally, SweepSummary
+from prefect_harbor.text import visible, visible_values
 
 SUMMARY_KEY = "evaluation-sweep-summary"
 REPORT_KEY = "evaluation-sweep-report"
@@ -118,7 +119,7 @@ SUPERSEDED_LISTED = 50
 
 def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str] = ()) -> str:
     """Failures grouped by category with their messages (the first few of each), the rows a retry
-    ran again (whose earlier task runs are superseded), then the slowest rows."""
+    ran again (whose earlier task runs are superseded), then the slowest rows; control characters shown, not obeyed."""
     lines = [
         f"# Sweep {summary.run_id}",
         "",
@@ -155,7 +156,7 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
         ]  # fmt: skip
     lines += ["## Slowest rows", "", "| row | task | total s | agent s | verifier s |", "|---|---|---|---|---|"]
     lines += [f"| {r.row_id} | {r.task or '-'} | {figure(r.total_sec)} | {figure(r.agent_sec)} | {figure(r.verifier_sec)} |" for r in tally.slowest()]
-    return "\n".join(lines) + "\n"
+    return visible("\n".join(lines) + "\n")
 
 
 #: The row table is published again, while the sweep runs, this often (seconds) or every this many rows, whichever comes first.
@@ -189,7 +190,7 @@ class RowsTable:
         """A new version of the table, filed under the flow run (whichever row's task run finished last)."""
         rows = sorted(self.tally.first_rows, key=lambda row: row["index"])
         self.shown_rows, self.shown_at = len(rows), time.monotonic()
-        table = [{key: value for key, value in row.items() if key != "index"} for row in rows]
+        table = visible_values([{key: value for key, value in row.items() if key != "index"} for row in rows])
         await asyncio.create_task(acreate_table_artifact(key=self.key, table=table, description=description), context=self._flow_context.copy())
 
     async def finish(self, summary: SweepSummary) -> None:
@@ -201,14 +202,14 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
     """The summary, report and results-location artifacts (figures rounded for people; the files keep full precision)."""
     await acreate_table_artifact(
         key=SUMMARY_KEY,
-        table=[
+        table=visible_values([
             {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
              "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
             *[
                 {"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)}
                 for task, score in summary.per_task.items()
             ],
-        ],  # fmt: skip
+        ]),  # fmt: skip
         description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost; 3 significant digits, summary.json has them in "
             f"full), overall and per task.",
     )

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from prefect import flow, get_run_logger
 from prefect.states import Cancelled, Completed, State
 
-from prefect_harbor.flows.configuration import harbor_logs_in_trial_logs_only, resolve_storage
+from prefect_harbor.flows.configuration import resolve_storage, sweep_logs
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.lanes import LanePlan, TrialRunner
 from prefect_harbor.flows.recorder import Recorder
@@ -27,7 +27,6 @@ from prefect_harbor.flows.sweep import prepare_runtimes, prewarm_tasks, remove_o
 from prefect_harbor.host import host_name
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.sources import TaskResolver
-from prefect_harbor.secrets import redacting_logs
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RunTally
 from prefect_harbor.tasks import SweepContext
@@ -57,7 +56,7 @@ async def sweep_shard(
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(None, storage_block)
     runtimes = await prepare_runtimes(config, storage, logger)
-    with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
+    with sweep_logs(runtimes.redactor):
         folder = await RunFolder.join(spec, storage, run_folder, runtimes.bundle, runtimes.mounts, logger)
         selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
         split = ShardSplit(shards, tuple(selection.info.task_ids))

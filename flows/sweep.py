@@ -33,11 +33,11 @@ from prefect_harbor.flows.configuration import (
     Reference,
     backend_block_name,
     check_process_budget,
-    harbor_logs_in_trial_logs_only,
     install_log_filters,
     picked,
     resolve_backend,
     resolve_storage,
+    sweep_logs,
 )
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.headline import SWEEP_CANCELLED, keep_the_headline
@@ -54,7 +54,7 @@ from prefect_harbor.rows.dataset import path_safe
 from prefect_harbor.rows.sources import TaskResolver
 from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sandbox.proxy import proxy_secrets
-from prefect_harbor.secrets import Redactor, redacting_logs, secret_values
+from prefect_harbor.secrets import Redactor, secret_values
 from prefect_harbor.spec import BackendSpec
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
@@ -128,7 +128,7 @@ async def evaluation_sweep(
         shard_parameters = sharing(sharded, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
         logger.info(f"Spreading the rows over {sharded} shard(s) of {SHARD_DEPLOYMENT}")
     runtimes = await prepare_runtimes(config, storage, logger)
-    with redacting_logs(runtimes.redactor), harbor_logs_in_trial_logs_only():
+    with sweep_logs(runtimes.redactor):
         folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
         selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
         tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked, host=None if sharded else host_name())

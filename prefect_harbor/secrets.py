@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from prefect_harbor.log_filters import on_every_handler
+
 REDACTED = "[REDACTED]"
 #: Shorter values are not secrets worth the name; Harbor's own masking shows 7 characters of a key.
 MIN_SECRET_LENGTH = 8
@@ -130,26 +132,9 @@ class RedactingFilter(logging.Filter):
 
 @contextmanager
 def redacting_logs(redactor: Redactor) -> Iterator[None]:
-    """Redact every log record handled while the block runs, on every handler configured now.
-
-    A handler filter (not a logger filter) sees records from every logger that reaches it:
-    Harbor's, the trial's and Prefect's own. Prefect configures its handlers (API, console)
-    before a flow starts, so they are all here.
-    """
+    """Redact every log record handled while the block runs, on every handler configured now (:func:`on_every_handler`)."""
     if not redactor:
         yield
         return
-    handlers = _all_handlers()
-    guard = RedactingFilter(redactor)
-    for handler in handlers:
-        handler.addFilter(guard)
-    try:
+    with on_every_handler(RedactingFilter(redactor)):
         yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(guard)
-
-
-def _all_handlers() -> set[logging.Handler]:
-    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger))]
-    return {handler for logger in loggers for handler in logger.handlers}

@@ -33,6 +33,7 @@ from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.tasks.archive import ArchivedRow, archive_result
 from prefect_harbor.tasks.sweep_context import SweepContext
+from prefect_harbor.text import visible
 from prefect_harbor.trial.outcome import verifier_output
 from prefect_harbor.trial.row_trial import run_row
 
@@ -88,7 +89,7 @@ def outcome_state(results: list[RowResult]) -> State:
         mean = f"; mean reward {figure(sum(scored) / len(scored))}" if scored else ""
         message = f"{len(results)} rows: " + ", ".join(f"{statuses[s]} {s}" for s in ("success", "failure", "cancelled") if statuses[s]) + mean
     state = Failed if statuses["failure"] else Cancelled if statuses["cancelled"] else Completed
-    return state(name=name, message=message[:500], data=results)
+    return state(name=name, message=visible(message)[:500], data=results)  # the UI and `prefect task-run inspect` show it
 
 
 @task(name="trials", task_run_name="{label}", retries=0, cache_policy=NO_CACHE, persist_result=False)

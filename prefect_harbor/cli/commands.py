@@ -29,10 +29,12 @@ from rich.table import Table
 
 from prefect_harbor.agents.bundles import check_project
 from prefect_harbor.cli.compare import compare
+from prefect_harbor.cli.console import VisibleConsole
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 from prefect_harbor.stats.render import headline_figures, tokens_text
 from prefect_harbor.storage.results import SweepSummary
+from prefect_harbor.text import visible_logs
 
 #: Prefect's temporary server may take this long to answer before a command gives up (Prefect's own
 #: default, 20 s, is too short on a loaded machine: the server alone takes 5-6 s to start on an idle one).
@@ -66,7 +68,7 @@ class _App(typer.Typer):
 
 
 app = _App(help="Agent evaluation sweeps as Prefect workflows on Harbor trials.", no_args_is_help=True)
-err = Console(stderr=True)
+err = VisibleConsole(stderr=True)
 
 # Options shared by `sweep` and `check` (one definition, one help text).
 TasksDir = Annotated[Path | None, typer.Option(help="A task directory (template) or a folder of tasks (dataset).")]
@@ -299,7 +301,7 @@ def check(
     """Preflight: validate the configuration, check each task as the sweep would, scan for v0.2 APIs."""
     from prefect_harbor.cli.migration import scan_for_removed_apis
 
-    console = Console()
+    console = VisibleConsole()
     problems = 0
     scanned = code_dir
     if tasks_dir is not None or backend_block is not None:
@@ -328,7 +330,8 @@ def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
         groups = task_rows(backend, None if dataset is None else iter_rows(dataset))
     except DatasetError as error:
         raise fail(str(error)) from None
-    reports = asyncio.run(check_tasks(backend, groups, counted=dataset is not None))
+    with visible_logs():  # warnings about a task quote its files
+        reports = asyncio.run(check_tasks(backend, groups, counted=dataset is not None))
     table = Table("task", "rows", "reward source", "check", title="Tasks", title_justify="left")
     for report in reports:
         verdict = "[red]refused[/]" if report.problem else "[yellow]note[/]" if report.note else "[green]ok[/]"
@@ -347,7 +350,7 @@ def check_tasks_of(backend, dataset: str | None, console: Console) -> int:
 def print_summary(summary: SweepSummary) -> None:
     from prefect_harbor.cli.compare import print_comparison, statistics_table
 
-    console = Console()
+    console = VisibleConsole()
     if summary.statistics is not None:
         console.print(statistics_table(summary.statistics, f"Sweep {summary.run_id}"))
     else:
@@ -391,7 +394,7 @@ def images_bootstrap(
             made = bootstrap(reference, mirror, force=force)
         except (ValueError, RuntimeError) as error:
             raise fail(str(error)) from None
-        Console().print(f"{reference}: {made}", highlight=False)
+        VisibleConsole().print(f"{reference}: {made}", highlight=False)
 
 
 @images.command("builder")
@@ -420,8 +423,8 @@ def cleanup(
 
     reaped = reap_orphans()
     for name in reaped:
-        Console().print(f"removed {name}", highlight=False)
-    Console().print(f"{len(reaped)} orphaned container(s) removed")
+        VisibleConsole().print(f"removed {name}", highlight=False)
+    VisibleConsole().print(f"{len(reaped)} orphaned container(s) removed")
     options = None
     if storage_block is not None:
         storage = load_storage(storage_block)
@@ -434,7 +437,7 @@ def cleanup(
         logging.basicConfig(format="%(message)s", level=logging.INFO)
         with temporary_server():
             asyncio.run(mark_crashed(stale, logging.getLogger("prefect_harbor.cleanup")))
-    Console().print(f"{len(stale)} run(s) under {results} marked Crashed", highlight=False, soft_wrap=True)
+    VisibleConsole().print(f"{len(stale)} run(s) under {results} marked Crashed", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -498,7 +501,7 @@ def status(
         found = {"state": state, "counts": report.counts, "rows": rows, "hosts": report.hosts, "stale": report.stale, "problems": problems}
         typer.echo(json.dumps(found | ({"attempts": attempts} if attempts is not None else {})))
         return
-    console = Console()
+    console = VisibleConsole()
     counted = " (attempts)" if attempts is not None else ""
     console.print(f"run {run}: {state}; " + ", ".join(f"{n} {s}" for s, n in sorted(report.counts.items())) + counted, highlight=False, soft_wrap=True)
     if report.stale:
@@ -544,7 +547,7 @@ def cancel(
     table = Table("row", "disposition")
     for row_id, disposition in dispositions.items():
         table.add_row(row_id, disposition)
-    Console().print(table)
+    VisibleConsole().print(table)
 
 
 app.command("compare")(compare)

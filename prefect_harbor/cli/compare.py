@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from prefect_harbor.cli.console import VisibleConsole
 from prefect_harbor.outcome import figure
 from prefect_harbor.stats.compare import Comparison, compare_tables, signed
 from prefect_harbor.stats.render import difference_text, outcome_text, tokens_text
@@ -52,7 +53,7 @@ def compare(
     if as_json:
         typer.echo(comparison.model_dump_json())
     else:
-        print_comparison(comparison, Console(), rows_listed=rows)
+        print_comparison(comparison, VisibleConsole(), rows_listed=rows)
     if fail_if_worse is not None:
         difference = comparison.difference.difference
         if difference is None:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 from prefect.client.orchestration import get_client
-from prefect_reads import artifacts_of, task_runs_of
+from prefect_reads import artifacts_of, logs_of, task_runs_of
 from test_cancellation import marked_processes
 
 from prefect_harbor.blocks import HarborBackend
@@ -154,12 +154,17 @@ async def test_rerun_failed_makes_a_new_run_of_only_the_failed_rows(tmp_path):
 
     tasks = tmp_path / "tasks"
     write_task(tasks, "passes")
-    write_task(tasks, "fails", test="echo 'no reward file written'")
+    write_task(tasks, "fails", test="printf '\\033]0;pwned\\007\\033[2J'; echo 'no reward file written'")  # a title, a cleared screen
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({"id": n, "metadata": {"harbor_task_id": t}}) + "\n" for n, t in [("p", "passes"), ("f", "fails")]))
     backend = dataset_backend(tmp_path, tasks)
     first = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"))
     assert (first.success, first.failure) == (1, 1)
+    async with get_client() as client:
+        (run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
+        logs = await logs_of(client, run.id)
+    assert any("\\x1b]0;pwned\\x07\\x1b[2J" in message for message in logs), "the verifier's output is in the log, as text"
+    assert not any("\x1b" in message or "\x07" in message for message in logs), logs
     first_folder = first.results_uri.removeprefix("file://").rsplit("/", 1)[0]
 
     second = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rerun_failed=first_folder)
@@ -187,13 +192,9 @@ async def test_a_bad_rows_per_task_run_is_refused_before_any_trial(tmp_path):
         await evaluation_sweep(dataset=str(EXAMPLE_DATASET), backend=dataset_backend(tmp_path), results=str(tmp_path / "results"), rows_per_task_run=0)
     assert not (tmp_path / "results").exists() and not (tmp_path / "trials").exists()
     # The flow run's log says it in one line, as the CLI does: no traceback for the user's mistake.
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogHandler
-
-    await APILogHandler.aflush()
     async with get_client() as client:
         (run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
-        logs = [log.message for log in await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+        logs = await logs_of(client, run.id)
     assert any("rows_per_task_run: 0 is not a row count" in message for message in logs), logs
     assert not any("Traceback" in message for message in logs), logs
 
