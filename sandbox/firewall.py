@@ -28,6 +28,7 @@ import json
 import logging
 import shlex
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from functools import cache
@@ -63,10 +64,27 @@ def uplinks(family: str) -> list[str]:
     return sorted({route["dev"] for route in routes if route.get("dev")})
 
 
+#: Networks behind a host, never the internet: no relay forwards to them and no download comes from
+#: them, wherever the host would route them (RFC 1918, carrier-grade NAT, IPv6 unique and site-local).
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(network) for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10")
+)
+
+
+class DestinationRefused(ValueError):
+    """A destination a container may not have the host (a relay, a download) connect to; the message says why."""
+
+
+def _plain(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``address`` as the kernel connects to it: an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) is its IPv4 address."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
+
+
 def is_outside(address: str) -> bool:
     """Whether a container on the bridge may reach ``address``: the host would route it out of an
     uplink, and it is none of the host's own addresses, nor link-local, multicast or unspecified."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    ip = _plain(address)
     if ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified:
         return False
     family = "-6" if ip.version == 6 else "-4"
@@ -76,6 +94,28 @@ def is_outside(address: str) -> bool:
     except ValueError:
         return False
     return route.get("type", "unicast") == "unicast" and route.get("dev") in uplinks(family)
+
+
+def is_public(address: str) -> bool:
+    """Whether the host may connect to ``address`` for a container (a relay's request, a download):
+    :func:`is_outside`, and in none of :data:`PRIVATE_NETWORKS`."""
+    ip = _plain(address)
+    return not any(ip in network for network in PRIVATE_NETWORKS if network.version == ip.version) and is_outside(str(ip))
+
+
+def public_addresses(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (a name, or a literal in any form the resolver reads:
+    ``2130706433``, ``0x7f.1``, ``[::ffff:127.0.0.1]``), when all of them are public; else
+    :class:`DestinationRefused` naming those that are not. A name that does not resolve is refused."""
+    try:
+        found = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as error:
+        raise DestinationRefused(f"{host} cannot be resolved ({error})") from None
+    addresses = sorted({str(info[4][0]) for info in found})
+    inside = [address for address in addresses if not is_public(address)]
+    if inside or not addresses:
+        raise DestinationRefused(f"{host} is {', '.join(inside) or 'nowhere'}: the host, a private network or a link-local address")
+    return addresses
 
 
 def guard(bridge: str) -> bool:

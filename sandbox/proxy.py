@@ -11,6 +11,10 @@ credentials, and the relay adds them to each request head on its way to the real
 Anything else (a proxy without credentials, elsewhere on the network) is passed as it is.
 A proxy the relay cannot speak for (a SOCKS proxy with a password) is not passed at all.
 
+The relay forwards only to where a trial may go (:func:`check_destination`): a request for the
+host, its loopback, a private network or a link-local address is answered ``403`` and never
+reaches the proxy, which may sit on the host's loopback beside the Prefect API.
+
 :func:`proxy_secrets` gives the passwords to the run's redactor, in case one leaks anyway.
 """
 
@@ -24,6 +28,7 @@ import ssl
 from functools import cache
 from urllib.parse import unquote, urlsplit
 
+from prefect_harbor.sandbox.firewall import DestinationRefused, public_addresses
 from prefect_harbor.sandbox.network import Forward, Relay, gateway_address, is_loopback, pipe, relay_for
 
 #: Proxy variables that Docker and buildah pass to RUN steps without a matching ARG (not kept in the image).
@@ -122,6 +127,11 @@ class AuthenticatingForward(Forward):
         reader = client.makefile("rb")
         try:
             while head := _read_head(reader):
+                try:
+                    check_destination(head)
+                except DestinationRefused as refused:
+                    _refuse(client, upstream, str(refused))
+                    return
                 method, headers = _rewrite(head, self.authorization)
                 upstream.sendall(headers)
                 length = _content_length(head)
@@ -135,6 +145,60 @@ class AuthenticatingForward(Forward):
     def open_upstream(self) -> socket.socket:
         upstream = super().open_upstream()
         return ssl.create_default_context().wrap_socket(upstream, server_hostname=self.upstream_host) if self.tls else upstream
+
+
+def check_destination(head: bytes) -> None:
+    """Refuse (:class:`DestinationRefused`) a request whose destination a container may not reach
+    through the host's proxy: every host it names, the request line's (``CONNECT host:port``, or an
+    absolute URL) and the ``Host`` header's, must resolve to public addresses only
+    (:func:`.firewall.public_addresses`). A request that names no destination is refused too.
+
+    The proxy resolves the names again itself: a name whose answers change between the two
+    lookups (DNS rebinding) is not caught here; the names are passed on as written, so a proxy
+    that allows or denies by name keeps working.
+    """
+    request_line, *header_lines = head.decode("latin-1").split("\r\n")
+    words = request_line.split(" ")
+    if len(words) != 3:
+        raise DestinationRefused(f"cannot read the request line {request_line[:200]!r}")
+    method, target, _ = words
+    if method.upper() == "CONNECT":
+        hosts = [_host_port(f"//{target}", 443)]
+    elif "://" in target:
+        hosts = [_host_port(target, 80)]
+    else:
+        raise DestinationRefused(f"{method} {target[:200]}: a request to a proxy names its destination (http://host/path)")
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "host" and value.strip():
+            hosts.append(_host_port(f"//{value.strip()}", hosts[0][1]))
+    for host, port in hosts:
+        public_addresses(host, port)
+
+
+def _host_port(url: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        raise DestinationRefused(f"{url[:200]}: not a port") from None
+    if not parts.hostname:
+        raise DestinationRefused(f"{url[:200]}: no host")
+    return parts.hostname, port
+
+
+def _refuse(client: socket.socket, upstream: socket.socket, why: str) -> None:
+    """Answer 403 with ``why``, and end the connection to the proxy, which has been sent nothing."""
+    body = f"prefect-harbor: refused: {why}. A trial reaches only the internet through the proxy.\n".encode()
+    try:
+        client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    except OSError:
+        pass
+    for end in (upstream, client):
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _read_head(reader) -> bytes:

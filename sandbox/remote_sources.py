@@ -1,13 +1,14 @@
-"""``ADD <url>`` sources, fetched here so that a Dockerfile cannot make the builder call the host.
+"""``ADD <url>`` sources, fetched here and handed to the build as files.
 
-Buildah downloads an ``ADD`` URL itself, from the host's network namespace: ``ADD
-http://127.0.0.1:4200/api/...`` would read the local Prefect API into the image. Here the URL is
-fetched by this process instead, and only from where a ``RUN`` step could connect: each name is
-resolved once, every address it has must be outside the host (routed out of an uplink, not
-one of the host's own, not link-local: :func:`.firewall.is_outside`), and the connection goes
-to an address so checked, never to a second lookup's answer. A
-redirect is checked the same way. Through the host's proxy (when one is set) the proxy makes
-the connection, but a private or loopback destination is still refused before it is asked.
+The guard (:mod:`.build_guard`) turns an ``ADD`` of a URL into a ``COPY`` of its download, and
+this module fetches it, only from where a ``RUN`` step could connect: each name is resolved
+once, every address it has must be public (routed out of an uplink, not one of the host's own,
+not link-local, not a private network: :func:`.firewall.public_addresses`, the check the proxy
+relay makes too), and the connection goes to an address so checked, never to a second lookup's
+answer. A redirect is checked the same way. Through the host's proxy (when one is set) the proxy
+makes the connection, but a private or loopback destination is still refused before it is asked.
+An ``ADD`` the guard misses is fetched by buildah in the builder's container (:mod:`.builder`),
+on the trials' guarded bridge, which reaches no host address either.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from urllib.request import getproxies, proxy_bypass
 
 import httpx
 
-from prefect_harbor.sandbox.firewall import is_outside
+from prefect_harbor.sandbox.firewall import DestinationRefused, public_addresses
 
 #: The most one ``ADD`` URL may download.
 MAX_DOWNLOAD_BYTES = 2 * 1024**3
@@ -56,16 +57,11 @@ async def _pinned(url: str, *, via_proxy: bool) -> tuple[str, dict[str, str], di
         raise RemoteSourceError(f"ADD {url}: only http(s) URLs can be added; copy the file into the task's environment folder instead.")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        found = await asyncio.get_running_loop().getaddrinfo(parts.hostname, port)
-    except OSError as error:
-        raise RemoteSourceError(f"ADD {url}: {parts.hostname} cannot be resolved ({error}).") from None
-    addresses = sorted({str(info[4][0]) for info in found})
-    inside = [address for address in addresses if not await asyncio.to_thread(is_outside, address)]
-    if inside or not addresses:
+        addresses = await asyncio.to_thread(public_addresses, parts.hostname, port)
+    except DestinationRefused as refused:
         raise RemoteSourceError(
-            f"ADD {url}: {parts.hostname} is {', '.join(inside) or 'nowhere'}, the host or a network only the host reaches; a build "
-            "may not fetch from there. Put the file in the task's environment folder and COPY it."
-        )
+            f"ADD {url}: {refused}; a build may not fetch from there. Put the file in the task's environment folder and COPY it."
+        ) from None
     if via_proxy:
         return url, {}, {}
     address = addresses[0]

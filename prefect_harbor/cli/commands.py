@@ -409,7 +409,7 @@ def images_builder(
         made = ensure_builder_image(mirror, force=force)
     except RuntimeError as error:
         raise fail(str(error)) from None
-    Console().print(f"builder: {made}", highlight=False)
+    VisibleConsole().print(f"builder: {made}", highlight=False)
 
 
 @app.command()

@@ -111,6 +111,21 @@ PY
 true"""
 
 
+#: Asks the proxy relay (the trial's HTTP_PROXY) for a host listener three ways; prints the first
+#: line of each answer (a tunnel would get the listener's silence, or a 200 from the proxy).
+PROXY_TUNNEL = """python3 - > /logs/agent/tunnel.txt 2>&1 <<'PY'
+import os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ.get("HTTP_PROXY") or os.environ["http_proxy"])
+for request in ("GET http://127.0.0.1:{port}/ HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n", "CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n",
+                "GET http://[::ffff:127.0.0.1]:{port}/ HTTP/1.1\\r\\n\\r\\n"):
+    with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as relay:
+        relay.sendall(request.encode())
+        try:
+            print(relay.recv(200).split(b"\\r\\n")[0].decode())
+        except OSError as error:
+            print("no answer", error)
+PY
+true"""
 #: Ports in the relays' range where no relay runs (relays take the lowest free ones): a host service
 #: there must stay out of reach too.
 UNRELAYED_PORTS = range(47299, 47249, -1)
@@ -238,6 +253,7 @@ def probes(tasks: Path, port: int, host_file: Path, key: int, unrelayed_port: in
             tasks, "reach-unrelayed-port",
             solve=f"timeout 3 bash -c 'echo hi > /dev/tcp/{gateway_address()}/{unrelayed_port}' > /logs/agent/unrelayed.txt 2>&1; echo rc=$? >> /logs/agent/unrelayed.txt",
         ),  # fmt: skip
+        "proxy-tunnel": write_task(tasks, "proxy-tunnel", solve=PROXY_TUNNEL.format(port=port)),
         "hostile-dockerfile": write_task(tasks, "hostile-dockerfile", solve=show_probe),
         "builder-bind-mount-escape": write_task(tasks, "builder-bind-mount-escape", solve=show_probe),
     }
@@ -344,6 +360,7 @@ def test_every_probe_is_recorded(hostile_sweep):
             "symlink-reward", "fork-bomb", "read-host-keyring", "reach-host-over-ipv6", "neighbour-listens", "neighbour-scans", "replaced-tar",
             "key-in-reward", "key-in-file-name", "task-env-pulls-host-secret", "verifier-env-pulls-host-secret", "forge-tests",
             "server-left-running", "unshare-user-namespace", "reach-unrelayed-port", "hostile-dockerfile", "builder-bind-mount-escape",
+            "proxy-tunnel",
         ]
     )  # fmt: skip
 
@@ -478,6 +495,14 @@ def test_the_proxys_password_never_enters_a_container_an_image_or_anything_writt
     assert hostile_sweep["proxy"].refused == 0
     assert PROXY_PASSWORD.encode() not in every_byte_written(hostile_sweep)
     assert PROXY_PASSWORD.encode() not in hostile_sweep["prefect_export"]
+
+
+def test_the_proxy_relay_is_no_tunnel_to_the_host(hostile_sweep):
+    """Absolute-form, CONNECT and a mapped IPv6 literal for a host listener: each answered 403 by the relay, none passed to the proxy."""
+    answers = agent_file(hostile_sweep, "proxy-tunnel", "tunnel.txt").splitlines()
+    assert answers == ["HTTP/1.1 403 Forbidden"] * 3, answers
+    assert not [target for target in hostile_sweep["proxy"].targets if "127.0.0.1" in target], hostile_sweep["proxy"].targets
+    assert hostile_sweep["listener"].connections == 0
 
 
 @pytest.mark.parametrize("task", ["unshare-user-namespace", "hostile-dockerfile"])

@@ -133,7 +133,9 @@ def test_containers_get_a_credential_free_relay_for_an_authenticating_proxy(monk
     assert host == network.gateway_address() and seen["no_proxy"] == seen["NO_PROXY"] == f"internal.example,localhost,127.0.0.1,::1,{host}"
     assert seen["https_proxy"] == seen["HTTPS_PROXY"], "apt and curl read only the lower-case spelling"
     assert "proxy-password-canary" in proxy.proxy_secrets()
-    # Through the relay, a request without credentials gets in with the proxy's.
+    # Through the relay, a request without credentials gets in with the proxy's (the destination check
+    # is let through here: the stand-in proxy answers 502 for a closed port on loopback).
+    monkeypatch.setattr(proxy, "public_addresses", lambda host, port: [host])
     client = socket.create_connection((host, int(port)), timeout=5)
     client.sendall(b"GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\n\r\n")
     reply = client.recv(1024)
@@ -173,7 +175,7 @@ def test_the_relay_adds_credentials_to_each_request_of_a_kept_alive_connection()
     handler = type("Creds", (proxy.AuthenticatingForward,), {"authorization": b"Basic c2VjcmV0", "tls": False, "upstream_host": "127.0.0.1"})
     relay = network.relay_for(listener.getsockname(), handler)
     client = socket.create_connection(relay.address, timeout=5)
-    request = b"POST http://x/ HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nProxy-Authorization: Basic Zm9v\r\n\r\nhello"
+    request = b"POST http://203.0.113.80/ HTTP/1.1\r\nHost: 203.0.113.80\r\nContent-Length: 5\r\nProxy-Authorization: Basic Zm9v\r\n\r\nhello"
     client.sendall(request + request.replace(b"hello", b"again"))
     client.close()
     for _ in range(50):
@@ -207,3 +209,74 @@ async def test_run_steps_get_the_trials_capabilities_seccomp_and_network(tmp_pat
     assert at_build.count("Seccomp:\t2") == 1 and in_trial.count("Seccomp:\t2") == 1
     subnet = network.gateway_address().rsplit(".", 1)[0]
     assert subnet in at_build and subnet in in_trial, "the build did not run on the prefect-harbor bridge"
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "10.1.2.3", "172.16.0.9", "192.168.1.1", "100.64.0.1", "fd00::1", "169.254.169.254", "0.0.0.0"]
+)
+def test_the_host_loopback_private_and_link_local_addresses_are_not_public_in_any_spelling(address):
+    assert not firewall.is_public(address)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f.1", "0177.0.0.1", "[::ffff:127.0.0.1]", "localhost", "10.0.0.1", "no-such-name.invalid"])
+def test_a_destination_the_host_or_a_private_network_holds_is_refused_after_resolution(host):
+    with pytest.raises(firewall.DestinationRefused):
+        firewall.public_addresses(host, 80)
+
+
+def relayed(request: bytes) -> tuple[bytes, list[bytes]]:
+    """``request`` sent through a credential-adding relay to a stand-in proxy: what the client got back, and what reached the proxy."""
+    received: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        connection, _ = listener.accept()
+        connection.settimeout(5)
+        try:
+            while data := connection.recv(65536):
+                received.append(data)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except OSError:
+            pass
+        connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    handler = type("Creds", (proxy.AuthenticatingForward,), {"authorization": b"Basic c2VjcmV0", "tls": False, "upstream_host": "127.0.0.1"})
+    relay = network.relay_for(listener.getsockname(), handler)
+    with socket.create_connection(relay.address, timeout=5) as client:
+        client.sendall(request)
+        answer = b""
+        try:
+            while chunk := client.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and (b"403" in answer.split(b"\r\n", 1)[0] or answer.endswith(b"ok")):
+                    break
+        except OSError:
+            pass
+    listener.close()
+    return answer, received
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        b"GET http://127.0.0.1:4200/api/health HTTP/1.1\r\nHost: 127.0.0.1:4200\r\n\r\n",
+        b"CONNECT 127.0.0.1:4200 HTTP/1.1\r\nHost: 127.0.0.1:4200\r\n\r\n",
+        b"GET http://[::ffff:127.0.0.1]:4200/ HTTP/1.1\r\n\r\n",
+        b"GET http://a@2130706433:4200/ HTTP/1.1\r\n\r\n",
+        b"CONNECT 10.0.0.5:443 HTTP/1.1\r\n\r\n",
+        b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:4200\r\n\r\n",
+        b"GET http://203.0.113.80/ HTTP/1.1\r\nHost: 127.0.0.1:4200\r\n\r\n",
+    ],
+    ids=["absolute-form-loopback", "connect-loopback", "mapped-ipv6", "userinfo-and-decimal", "connect-private", "origin-form", "host-header-loopback"],
+)
+def test_the_relay_refuses_a_destination_a_trial_may_not_reach_and_the_proxy_never_sees_it(request_head):
+    answer, received = relayed(request_head)
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden"), answer
+    assert received == [], "the request reached the host's proxy"
+
+
+def test_a_second_request_on_a_kept_alive_connection_is_checked_too():
+    allowed = b"GET http://203.0.113.80/ HTTP/1.1\r\nHost: 203.0.113.80\r\n\r\n"
+    answer, received = relayed(allowed + b"GET http://127.0.0.1:4200/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert b"127.0.0.1" not in b"".join(received), received
