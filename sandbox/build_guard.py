@@ -101,7 +101,8 @@ class Mount:
 def guard(dockerfile: str, context: Path, image_key: str) -> Guarded:
     """``dockerfile`` (heredocs already lowered) rewritten as the module docstring says.
 
-    ``image_key`` (the image's content digest) makes cache ids private;
+    ``image_key`` (the image's content digest) makes cache ids and the stages added for mounts
+    private to this image: buildah's layer cache keys a ``RUN`` by its text, not by what it mounts.
     ``context`` is the build context that sources of context mounts must stay in. Raises
     :class:`UnsafeDockerfileError` for what cannot be made safe.
     """
@@ -218,7 +219,8 @@ def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_n
         raise UnsafeDockerfileError(f"line {line}: RUN --mount source {source!r}: write a mount's source as a plain path (letters, digits, ./@+-_).")
     origin = mount.options["from"]
     origin = stage_names[int(origin)] if origin.isdigit() and int(origin) < len(stage_names) else origin
-    stage = f"{PREFIX}-mount-{next(counter)}"
+    # Named by the image's content: the same RUN text in another task's build mounts another stage.
+    stage = f"{PREFIX}-mount-{image_key}-{next(counter)}"
     copy = _emitted("COPY", [f"--from={origin}"], [source, "/mounted"], line)
     return mount.replaced(**changes, **{"from": stage, "source": "/mounted", "src": None}), [f"FROM scratch AS {stage}", copy]
 

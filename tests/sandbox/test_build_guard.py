@@ -15,16 +15,16 @@ RUN --mount=type=bind,from=linkstage,source=/rootdir,target=/hostroot cat /hostr
 
 def test_a_mount_from_a_stage_is_taken_from_a_copy_made_inside_that_stage(tmp_path):
     text = guard(ESCAPE, tmp_path, "k").text
-    assert "FROM scratch AS prefect-harbor-mount-0\nCOPY --from=linkstage /rootdir /mounted\n" in text
-    assert "RUN --mount=type=bind,from=prefect-harbor-mount-0,source=/mounted,target=/hostroot cat /hostroot/etc/shadow" in text
+    assert "FROM scratch AS prefect-harbor-mount-k-0\nCOPY --from=linkstage /rootdir /mounted\n" in text
+    assert "RUN --mount=type=bind,from=prefect-harbor-mount-k-0,source=/mounted,target=/hostroot cat /hostroot/etc/shadow" in text
     assert text.index("COPY --from=linkstage") > text.index("RUN ln -s / /rootdir"), "the copy must come after the stage it copies"
 
 
 def test_a_writable_mount_keeps_rw_and_a_cache_mount_from_a_stage_is_lowered_too(tmp_path):
     dockerfile = ESCAPE.replace("target=/hostroot", "target=/hostroot,rw") + "RUN --mount=type=cache,from=linkstage,src=/rootdir,target=/c ls /c\n"
     text = guard(dockerfile, tmp_path, "k").text
-    assert "from=prefect-harbor-mount-0,source=/mounted,target=/hostroot,rw cat" in text
-    assert "RUN --mount=type=cache,from=prefect-harbor-mount-1,target=/c,id=prefect-harbor-k-/c,source=/mounted ls /c" in text
+    assert "from=prefect-harbor-mount-k-0,source=/mounted,target=/hostroot,rw cat" in text
+    assert "RUN --mount=type=cache,from=prefect-harbor-mount-k-1,target=/c,id=prefect-harbor-k-/c,source=/mounted ls /c" in text
 
 
 def test_numbered_stage_references_keep_pointing_at_their_stage_when_stages_are_inserted(tmp_path):
@@ -123,7 +123,7 @@ RUN \\
 def test_a_mount_behind_a_comment_or_blank_line_in_a_continuation_is_lowered(tmp_path, dockerfile):
     text = guard(dockerfile, tmp_path, "k").text
     assert "COPY --from=l /r /mounted" in text
-    assert "RUN --mount=type=bind,from=prefect-harbor-mount-0,source=/mounted,target=/h,rw sh -c 'cat /h/root/secret'" in text
+    assert "RUN --mount=type=bind,from=prefect-harbor-mount-k-0,source=/mounted,target=/h,rw sh -c 'cat /h/root/secret'" in text
     assert "from=l,source=/r" not in text and len(text.splitlines()) == len(dockerfile.splitlines()) + 2, "the old physical lines are blanked"
 
 
@@ -176,7 +176,7 @@ def test_remote_sources_and_flags_the_guard_cannot_rewrite_are_refused(tmp_path,
 
 def test_a_json_form_run_keeps_its_form_when_its_mount_is_lowered(tmp_path):
     text = guard('FROM debian:bookworm-slim AS l\nFROM debian:bookworm-slim\nRUN --mount=type=bind,from=l,target=/h ["cat", "/h/x"]\n', tmp_path, "k").text
-    assert 'RUN --mount=type=bind,from=prefect-harbor-mount-0,target=/h,source=/mounted ["cat", "/h/x"]' in text
+    assert 'RUN --mount=type=bind,from=prefect-harbor-mount-k-0,target=/h,source=/mounted ["cat", "/h/x"]' in text
 
 
 def test_a_heredoc_body_is_no_instruction_and_hides_none(tmp_path):
@@ -190,3 +190,11 @@ def test_a_heredoc_body_is_no_instruction_and_hides_none(tmp_path):
     assert "ADD" not in lower_heredocs(hidden)
     with pytest.raises(UnsafeDockerfileError, match="line 2: a heredoc reached the guard unlowered"):
         guard(hidden, tmp_path, "k")
+
+
+def test_the_same_mount_in_two_images_mounts_stages_named_by_each_image(tmp_path):
+    """buildah's layer cache keys a RUN by its text: two tasks' identical RUN lines must differ when what they mount does."""
+    first, second = (guard(COMMENT_IN_CONTINUATION, tmp_path, key).text for key in ("aaa", "bbb"))
+    run = [line for line in first.splitlines() if line.startswith("RUN --mount")]
+    assert run and run != [line for line in second.splitlines() if line.startswith("RUN --mount")]
+    assert "from=prefect-harbor-mount-aaa-0" in first and "from=prefect-harbor-mount-bbb-0" in second
