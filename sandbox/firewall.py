@@ -67,6 +67,8 @@ def is_outside(address: str) -> bool:
     """Whether a container on the bridge may reach ``address``: the host would route it out of an
     uplink, and it is none of the host's own addresses, nor link-local, multicast or unspecified."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is the IPv4 loopback to a dual-stack socket, though IPv6 routes it out
     if ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified:
         return False
     family = "-6" if ip.version == 6 else "-4"
