@@ -169,7 +169,8 @@ def _refuse_unsafe_trigger(instruction: Instruction, line: int, context: Path, e
 
 
 def _stage_name(instruction: Instruction) -> str:
-    return instruction.words[2] if len(instruction.words) == 3 else ""
+    """The name a ``FROM ... AS name`` gives its stage; empty without one."""
+    return instruction.words[2] if len(instruction.words) == 3 and instruction.words[1].upper() == "AS" else ""
 
 
 def _mounts(instruction: Instruction) -> list[Mount]:
