@@ -287,3 +287,19 @@ async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
     assert failed.value.log_path is not None
     started = re.search(r"^started (\d+)$", failed.value.log_path.read_text(), re.MULTILINE)
     assert started and int(started[1]) < 64, f"the loop ran unbounded: {started and started[0]}"
+
+
+async def test_identical_mount_lines_of_two_tasks_each_mount_their_own_stage(tmp_path):
+    """buildah's layer cache keys a RUN by its text, not by what it mounts: the guard names the mounted
+    stage by the image's content, so the second task does not get the first one's layer. The mount
+    sits behind a comment line inside the continuation, which buildah reads as part of the RUN."""
+    run = uuid.uuid4().hex
+    words: dict[str, str] = {}
+    for word in ("first", "second"):
+        dockerfile = (
+            f"FROM debian:bookworm-slim AS builder\nRUN echo {word} > /word  # {run}\nFROM debian:bookworm-slim\n"
+            f"RUN \\\n# a comment inside the continuation\n --mount=type=bind,from=builder,source=/word,target=/w cp /w /word  # {run}\n"
+        )
+        tag = await fresh_resolver().ensure_built(environment_dir(tmp_path / word, dockerfile), f"mount-{word}", timeout_sec=300)
+        words[word] = (await podman("run", "--rm", tag, "cat", "/word")).check("run").text.strip()
+    assert words == {"first": "first", "second": "second"}
