@@ -19,23 +19,29 @@ in the builder, on the host, instead:
 
 ``RUN --network``/``--security`` flags (later builders' ways out of the build's network and
 privileges) are refused, naming the line.
+
+The Dockerfile is read with BuildKit's own parser (:func:`.dockerfile.parse`), as the builder
+reads it: a comment line inside a continuation, an ``# escape=`` directive, a quoted or escaped
+``ADD`` source cannot make the guard see other instructions than the builder does. An instruction
+that needs rewriting is written anew on one line from its parsed parts; the others stay as written.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from prefect_harbor.sandbox.dockerfile import logical_lines, parse_from_lines
+from prefect_harbor.sandbox.dockerfile import Instruction, emit, escape_character, joined, parse, physical_lines, replace_instruction, shell_word
 
 #: The prefix of the stages and build contexts this module adds.
 PREFIX = "prefect-harbor"
-_RUN = re.compile(r"^(?P<indent>\s*)RUN(?P<flags>(?:\s+--\S+)*)(?P<command>\s.*)?$", re.IGNORECASE | re.DOTALL)
-_ADD = re.compile(r"^\s*ADD\s", re.IGNORECASE)
-_NUMERIC_FROM = re.compile(r"(--from=|\bfrom=)(\d+)\b", re.IGNORECASE)
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+_URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+#: Git sources BuildKit's ADD clones: ``git@host:path`` (and other scp-like forms), ``*.git`` URLs.
+_GIT = re.compile(r"^[\w.-]+@[\w.-]+:|^[a-z][a-z0-9+.-]*://[^#?]*\.git(?:[#?].*)?$", re.IGNORECASE)
+_PLAIN_PATH = re.compile(r"[\w./@+-]+")
 
 
 class UnsafeDockerfileError(ValueError):
@@ -53,6 +59,9 @@ class Guarded:
 
 @dataclass(frozen=True)
 class Mount:
+    """A ``RUN --mount`` spec, its options split at commas as buildah splits them."""
+
+    spec: str
     options: dict[str, str]
     order: list[str]
 
@@ -65,7 +74,7 @@ class Mount:
             key = key.strip().lower()
             options[key] = value.strip() if _ else "true"
             order.append(key)
-        return cls(options, order)
+        return cls(spec, options, order)
 
     @property
     def kind(self) -> str:
@@ -92,81 +101,136 @@ class Mount:
 def guard(dockerfile: str, context: Path, image_key: str) -> Guarded:
     """``dockerfile`` (heredocs already lowered) rewritten as the module docstring says.
 
-    ``image_key`` (the image's content digest) makes cache ids private; ``context`` is the
-    build context that sources of context mounts must stay in. Raises
+    ``image_key`` (the image's content digest) makes cache ids and the stages added for mounts
+    private to this image: buildah's layer cache keys a ``RUN`` by its text, not by what it mounts.
+    ``context`` is the build context that sources of context mounts must stay in. Raises
     :class:`UnsafeDockerfileError` for what cannot be made safe.
     """
-    if needs_lowering(dockerfile):
+    instructions = parse(dockerfile)
+    _refuse_heredocs(instructions)
+    escape = escape_character(dockerfile)
+    if mounting := next((instruction for instruction in instructions if any("from" in mount.options for mount in _mounts(instruction))), None):
+        _refuse_other_escape(escape, mounting)
         dockerfile = _name_every_stage(dockerfile)
-    lines = dockerfile.splitlines()
-    guarded = Guarded(text="")
-    stage_starts = {line.index for line in parse_from_lines(dockerfile)}
-    inserted: dict[int, list[str]] = {}  # physical line of a FROM -> scratch stages to put before it
+        instructions = parse(dockerfile)
+    stage_names = [_stage_name(instruction) for instruction in instructions if instruction.keyword == "FROM"]
+    guarded = Guarded(text=dockerfile)
+    lines = physical_lines(dockerfile)
+    inserted: dict[int, list[str]] = {}  # first physical line of a FROM -> scratch stages to put before it
     current_from = 0
     counter = iter(range(1_000_000))
-    for start, end, instruction in logical_lines(dockerfile):
-        if start in stage_starts:
-            current_from = start
-        if _ADD.match(instruction):
-            replacement = _guard_add(instruction, start, guarded, counter)
-        elif match := _RUN.match(instruction):
-            replacement, stages = _guard_run(match, start, context, image_key, counter)
-            inserted.setdefault(current_from, []).extend(stages)
-        else:
-            continue
+    for instruction in instructions:
+        if instruction.keyword == "FROM":
+            current_from = instruction.start
+        replacement, stages = _guarded(instruction, context, image_key, stage_names, guarded, counter, escape)
         if replacement is not None:
-            lines[start : end + 1] = [replacement] + [""] * (end - start)
-    out: list[str] = []
-    for index, line in enumerate(lines):
-        out += inserted.get(index, [])
-        out.append(line)
-    guarded.text = "\n".join(out) + "\n"
+            _refuse_other_escape(escape, instruction)
+            replace_instruction(lines, instruction, replacement)
+            inserted.setdefault(current_from, []).extend(stages)
+    if inserted or lines != physical_lines(dockerfile):
+        guarded.text = joined([text for index, line in enumerate(lines) for text in [*inserted.get(index, []), line]])
     return guarded
 
 
-def needs_lowering(dockerfile: str) -> bool:
-    return any(
-        (match := _RUN.match(instruction)) and any("from" in Mount.parse(spec).options for spec in _mount_specs(match["flags"]))
-        for _, _, instruction in logical_lines(dockerfile)
-    )
+def _guarded(
+    instruction: Instruction, context: Path, image_key: str, stage_names: Sequence[str], guarded: Guarded, counter: Iterator[int], escape: str
+) -> tuple[str | None, list[str]]:  # fmt: skip
+    """The instruction's replacement (None: keep it as written) and the stages it needs before its own."""
+    line = instruction.start + 1
+    if instruction.keyword == "RUN":
+        return _guard_run(instruction, line, context, image_key, stage_names, counter)
+    if instruction.keyword == "ADD":
+        return _guard_add(instruction, line, guarded, counter, escape), []
+    if instruction.keyword == "ONBUILD":
+        _refuse_unsafe_trigger(instruction, line, context, escape)
+    return None, []
 
 
-def _mount_specs(flags: str) -> list[str]:
-    return [flag.split("=", 1)[1] for flag in flags.split() if flag.lower().startswith("--mount=")]
+def _refuse_heredocs(instructions: Sequence[Instruction]) -> None:
+    """buildah 1.28 reads no heredocs: the body of one left in would be run as instructions the guard never saw."""
+    if heredoc := next((instruction for instruction in instructions if instruction.heredocs), None):
+        raise UnsafeDockerfileError(f"line {heredoc.start + 1}: a heredoc reached the guard unlowered; lower it first (dockerfile.lower_heredocs).")
 
 
-def _guard_run(match: re.Match[str], line: int, context: Path, image_key: str, counter) -> tuple[str | None, list[str]]:
-    flags = match["flags"].split()
-    if not flags:
-        return None, []
+def _refuse_other_escape(escape: str, instruction: Instruction) -> None:
+    if escape != "\\":
+        raise UnsafeDockerfileError(
+            f"line {instruction.start + 1}: {instruction.keyword} must be rewritten before the build, and this Dockerfile's "
+            f"'# escape={escape}' directive is one the rewrite does not write for; remove the directive and continue lines with a backslash."
+        )
+
+
+def _refuse_unsafe_trigger(instruction: Instruction, line: int, context: Path, escape: str) -> None:
+    """An ``ONBUILD`` trigger runs in a later build, which this guard does not see: one that would need rewriting is refused."""
+    directive = "# escape=`\n" if escape == "`" else ""
+    trigger = [replace(read, start=instruction.start, end=instruction.end) for read in parse(directive + instruction.text.split(maxsplit=1)[-1] + "\n")]
+    if trigger and _guarded(trigger[0], context, "onbuild", [], Guarded(text=""), iter(range(1)), escape)[0] is not None:
+        raise UnsafeDockerfileError(f"line {line}: ONBUILD {trigger[0].keyword} would run unguarded in a later build; remove the trigger or make it a plain instruction.")
+
+
+def _stage_name(instruction: Instruction) -> str:
+    """The name a ``FROM ... AS name`` gives its stage; empty without one."""
+    return instruction.words[2] if len(instruction.words) == 3 and instruction.words[1].upper() == "AS" else ""
+
+
+def _mounts(instruction: Instruction) -> list[Mount]:
+    return [Mount.parse(flag.split("=", 1)[1]) for flag in instruction.flags if flag.lower().startswith("--mount=")] if instruction.keyword == "RUN" else []
+
+
+def _guard_run(
+    instruction: Instruction, line: int, context: Path, image_key: str, stage_names: Sequence[str], counter: Iterator[int]
+) -> tuple[str | None, list[str]]:  # fmt: skip
     stages: list[str] = []
     kept: list[str] = []
-    for flag in flags:
+    for flag in instruction.flags:
         name, _, value = flag.partition("=")
         if name.lower() in ("--network", "--security"):
             raise UnsafeDockerfileError(
-                f"line {line + 1}: RUN {flag} would take the step out of the build's network or privileges; remove the flag "
+                f"line {line}: RUN {flag} would take the step out of the build's network or privileges; remove the flag "
                 "(RUN steps reach the internet through the sandbox's own network)."
             )
+        if "$" in flag:
+            raise UnsafeDockerfileError(f"line {line}: RUN {flag}: a variable in a RUN flag is only known once the builder fills it in; write the flag literally.")
         if name.lower() != "--mount":
             kept.append(flag)
             continue
-        mount = Mount.parse(value)
-        if mount.kind not in ("bind", "cache"):
-            kept.append(flag)
-            continue
-        changes: dict[str, str | None] = {}
-        if mount.kind == "cache":
-            changes["id"] = f"{PREFIX}-{image_key}-{mount.options.get('id') or mount.options.get('target') or mount.options.get('dst', '')}"
-        if "from" in mount.options:
-            stage = f"{PREFIX}-mount-{next(counter)}"
-            source = mount.source or "/"
-            stages += [f"FROM scratch AS {stage}", f"COPY --from={mount.options['from']} {_quote_path(source)} /mounted"]
-            changes |= {"from": stage, "source": "/mounted", "src": None}
-        elif mount.kind == "bind":
+        mount, mount_stages = _guard_mount(Mount.parse(value), line, context, image_key, stage_names, counter)
+        kept.append(f"--mount={mount}")
+        stages += mount_stages
+    if kept == list(instruction.flags):
+        return None, []
+    return _emitted("RUN", kept, instruction.words, line, json_form=instruction.json), stages
+
+
+def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_names: Sequence[str], counter: Iterator[int]) -> tuple[str, list[str]]:
+    """A ``--mount`` spec made safe (see the module docstring), and the scratch stage it now mounts from."""
+    if '"' in mount.spec or "'" in mount.spec:
+        raise UnsafeDockerfileError(f"line {line}: RUN --mount={mount.spec}: builders read quotes inside a mount's options differently; write them unquoted.")
+    if mount.kind not in ("bind", "cache"):
+        return mount.spec, []
+    changes: dict[str, str | None] = {}
+    if mount.kind == "cache":
+        changes["id"] = f"{PREFIX}-{image_key}-{mount.options.get('id') or mount.options.get('target') or mount.options.get('dst', '')}"
+    if "from" not in mount.options:
+        if mount.kind == "bind":
             _check_context_source(mount.source or ".", context, line)
-        kept.append(f"--mount={mount.replaced(**changes)}")
-    return f"{match['indent']}RUN {' '.join(kept)}{match['command'] or ''}", stages
+        return mount.replaced(**changes) if changes else mount.spec, []
+    source = mount.source or "/"
+    if not _PLAIN_PATH.fullmatch(source):
+        raise UnsafeDockerfileError(f"line {line}: RUN --mount source {source!r}: write a mount's source as a plain path (letters, digits, ./@+-_).")
+    origin = mount.options["from"]
+    origin = stage_names[int(origin)] if origin.isdigit() and int(origin) < len(stage_names) else origin
+    # Named by the image's content: the same RUN text in another task's build mounts another stage.
+    stage = f"{PREFIX}-mount-{image_key}-{next(counter)}"
+    copy = _emitted("COPY", [f"--from={origin}"], [source, "/mounted"], line)
+    return mount.replaced(**changes, **{"from": stage, "source": "/mounted", "src": None}), [f"FROM scratch AS {stage}", copy]
+
+
+def _emitted(keyword: str, flags: Sequence[str], words: Sequence[str], line: int, *, json_form: bool = False) -> str:
+    try:
+        return emit(keyword, flags, words, json_form=json_form)
+    except ValueError as error:
+        raise UnsafeDockerfileError(f"line {line}: {error}") from None
 
 
 def _check_context_source(source: str, context: Path, line: int) -> None:
@@ -174,34 +238,28 @@ def _check_context_source(source: str, context: Path, line: int) -> None:
     resolved = os.path.realpath(os.path.join(root, source.lstrip("/")))
     if resolved != root and not resolved.startswith(root + os.sep):
         raise UnsafeDockerfileError(
-            f"line {line + 1}: RUN --mount source {source!r} resolves outside the build context ({resolved}); "
-            "mount a plain file or folder of the task's environment folder."
+            f"line {line}: RUN --mount source {source!r} resolves outside the build context ({resolved}); mount a plain file or folder of the task's environment folder."
         )
 
 
-def _quote_path(path: str) -> str:
-    return path if re.fullmatch(r"[\w./@+-]+", path) else f'"{path}"'
+def _guard_add(instruction: Instruction, line: int, guarded: Guarded, counter: Iterator[int], escape: str) -> str | None:
+    """An ``ADD`` of URLs as a ``COPY`` from a context holding their downloads; other ``ADD`` lines as they are.
 
-
-def _guard_add(instruction: str, line: int, guarded: Guarded, counter) -> str | None:
-    """An ``ADD`` of URLs as a ``COPY`` from a context holding their downloads; other ``ADD`` lines as they are."""
-    words = instruction.split()[1:]
-    flags = [word for word in words if word.startswith("--")]
-    operands = [word for word in words if not word.startswith("--")]
-    if operands and operands[0].startswith("["):  # JSON form
-        parts = re.findall(r'"([^"]*)"', instruction)
-        _refuse_variable_sources(parts[:-1], line)
-        if any(_URL.match(part) for part in parts):
-            raise UnsafeDockerfileError(f'line {line + 1}: ADD ["<url>", ...] (JSON form) with a URL; write it as ADD <url> <destination>.')
+    Each source is read as the builder reads it (quotes removed, escapes resolved), so that
+    ``ADD "http://..."`` and ``ADD http\\://...`` are the URLs they are to the builder.
+    """
+    written, destination = list(instruction.words[:-1]), instruction.words[-1] if instruction.words else ""
+    _refuse_variable_sources(written, line)
+    sources = [shell_word(word, escape).strip() for word in written]
+    remote = [_is_remote(source, line) for source in sources]
+    if not any(remote):
         return None
-    sources, destination = operands[:-1], operands[-1] if operands else ""
-    _refuse_variable_sources(sources, line)
-    if not any(_URL.match(source) for source in sources):
-        return None
-    if not all(_URL.match(source) for source in sources):
-        raise UnsafeDockerfileError(f"line {line + 1}: ADD mixes URLs and local files; give the URLs an ADD line of their own.")
-    if len(sources) > 1 and not destination.endswith("/"):
-        raise UnsafeDockerfileError(f"line {line + 1}: ADD of several URLs needs a destination folder ending in '/'.")
+    if instruction.json:
+        raise UnsafeDockerfileError(f'line {line}: ADD ["<url>", ...] (JSON form) with a URL; write it as ADD <url> <destination>.')
+    if not all(remote):
+        raise UnsafeDockerfileError(f"line {line}: ADD mixes URLs and local files; give the URLs an ADD line of their own.")
+    if len(sources) > 1 and not shell_word(destination, escape).endswith("/"):
+        raise UnsafeDockerfileError(f"line {line}: ADD of several URLs needs a destination folder ending in '/'.")
     context = f"{PREFIX}-add-{next(counter)}"
     names: list[str] = []
     for number, url in enumerate(sources):
@@ -209,7 +267,19 @@ def _guard_add(instruction: str, line: int, guarded: Guarded, counter) -> str | 
         name = name if name and name not in names else f"download-{number}"
         guarded.downloads.append((context, name, url))
         names.append(name)
-    return " ".join(["COPY", f"--from={context}", *flags, *names, destination])
+    return _emitted("COPY", [f"--from={context}", *instruction.flags], [*names, destination], line)
+
+
+def _is_remote(source: str, line: int) -> bool:
+    """Whether an ``ADD`` source is fetched by the builder: an http(s) URL (downloaded here instead); other remotes are refused."""
+    if _GIT.search(source):
+        raise UnsafeDockerfileError(
+            f"line {line}: ADD {source}: a git repository, which the builder would clone from the host's own network; "
+            "clone it in a RUN step (its network is the sandbox's), or ADD an archive's http(s) URL."
+        )
+    if (url := _URL.match(source)) and url["scheme"].lower() not in ("http", "https"):
+        raise UnsafeDockerfileError(f"line {line}: ADD {source}: only http(s) URLs can be added; fetch it in a RUN step, or copy the file into the task's environment folder.")
+    return url is not None
 
 
 def _refuse_variable_sources(sources: list[str], line: int) -> None:
@@ -217,7 +287,7 @@ def _refuse_variable_sources(sources: list[str], line: int) -> None:
     a URL there would be fetched by the builder from the host's network: refused before the build."""
     if named := next((source for source in sources if "$" in source), None):
         raise UnsafeDockerfileError(
-            f"line {line + 1}: ADD {named}: a source named through a variable may be a URL, which the builder would fetch from "
+            f"line {line}: ADD {named}: a source named through a variable may be a URL, which the builder would fetch from "
             "the host's own network; write the source literally (an http(s) URL is then fetched from outside the host), or COPY a local file."
         )
 
@@ -231,13 +301,23 @@ def url_file_name(url: str) -> str:
 
 
 def _name_every_stage(dockerfile: str) -> str:
-    """Every stage named, and numeric stage references (``--from=0``, ``from=1``) turned into those names,
-    so that stages inserted before a stage do not shift what the numbers point at."""
-    froms = parse_from_lines(dockerfile)
-    names = [line.stage or f"{PREFIX}-stage-{n}" for n, line in enumerate(froms)]
-    lines = dockerfile.splitlines()
-    for n, line in reversed(list(enumerate(froms))):
-        if line.stage is None:
-            lines[line.end] = lines[line.end].rstrip() + f" AS {names[n]}"
-    renamed = "\n".join(lines) + "\n"
-    return _NUMERIC_FROM.sub(lambda m: m.group(1) + (names[int(m.group(2))] if int(m.group(2)) < len(names) else m.group(2)), renamed)
+    """Every stage named, and numeric ``COPY --from=N`` turned into those names, so that stages inserted
+    before a stage do not shift what the numbers point at (a mount's ``from=N``: :func:`_guard_mount`)."""
+    instructions = parse(dockerfile)
+    froms = [instruction for instruction in instructions if instruction.keyword == "FROM"]
+    names = [_stage_name(instruction) or f"{PREFIX}-stage-{n}" for n, instruction in enumerate(froms)]
+    lines = physical_lines(dockerfile)
+    for n, instruction in enumerate(froms):
+        if not _stage_name(instruction):
+            replace_instruction(lines, instruction, _emitted("FROM", instruction.flags, [*instruction.words, "AS", names[n]], instruction.start + 1))
+    for instruction in instructions:
+        if instruction.keyword == "COPY" and any(_numbered(flag, names) != flag for flag in instruction.flags):
+            flags = [_numbered(flag, names) for flag in instruction.flags]
+            replace_instruction(lines, instruction, _emitted("COPY", flags, instruction.words, instruction.start + 1, json_form=instruction.json))
+    return joined(lines)
+
+
+def _numbered(flag: str, names: Sequence[str]) -> str:
+    """``--from=N`` as ``--from=<name of stage N>``; other flags as they are."""
+    name, _, value = flag.partition("=")
+    return f"{name}={names[int(value)]}" if name.lower() == "--from" and value.isdigit() and int(value) < len(names) else flag

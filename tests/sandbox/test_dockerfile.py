@@ -121,3 +121,31 @@ def test_global_arg_defaults_are_set_as_build_args_would_set_them():
 )  # fmt: skip
 def test_debian_references_name_the_suite_debootstrap_makes(reference, suite):
     assert debian_suite(reference) == suite
+
+
+def test_from_lines_are_read_as_the_builder_reads_them_with_an_escape_directive_and_comments_in_continuations():
+    """A FROM read wrongly would be pinned wrongly, and the build would ask a registry for it."""
+    text = '# escape=`\nARG BASE="debian:bookworm"\nFROM `\n# a comment\n $BASE `\n\n AS build\nFROM "debian:bookworm-slim"\nRUN echo C:\\\n'
+    froms = parse_from_lines(text)
+    assert [(f.index, f.end, f.image, f.stage) for f in froms] == [(2, 6, "debian:bookworm", "build"), (7, 7, "debian:bookworm-slim", None)]
+    pinned = pin_bases(text, {"debian:bookworm": "local/a", "debian:bookworm-slim": "local/b"})
+    assert pinned.splitlines()[2:] == ["FROM local/a AS build", "FROM local/b", "RUN echo C:\\"]
+
+
+def test_an_image_mounted_behind_a_comment_in_a_continuation_is_found_and_pinned():
+    text = 'FROM debian:bookworm\nRUN \\\n# c\n --mount=type=bind,from=ghcr.io/acme/uv:1,source=/uv,target=/u /u\nCOPY --from="ghcr.io/acme/uv:1" /uv /uv\n'
+    assert copy_from_images(text, parse_from_lines(text)) == ["ghcr.io/acme/uv:1"]
+    pinned = pin_copy_sources(text, {"ghcr.io/acme/uv:1": "localhost/p/task:abc"})
+    assert "ghcr.io" not in pinned and pinned.splitlines()[1:] == [
+        "RUN --mount=type=bind,from=localhost/p/task:abc,source=/uv,target=/u /u", "", "", "COPY --from=localhost/p/task:abc /uv /uv",
+    ]  # fmt: skip
+
+
+def test_heredocs_the_parser_finds_anywhere_in_an_instruction_are_lowered():
+    """buildah 1.28 reads no heredocs: a body left in the file would be read by it as instructions."""
+    text = "FROM x\nRUN cat <<EOF > /a \\\n && cat <<-'B' > /b\n$x\nEOF\n\tb\n\tB\nCOPY <<ONE <<TWO /d/\none\nONE\ntwo\nTWO\n"
+    lowered = lower_heredocs(text).splitlines()
+    assert len(lowered) == 3 and not any("<<" in line for line in lowered)
+    script = base64.b64decode(lowered[1].split("echo ", 1)[1].split(" ", 1)[0]).decode()
+    assert script == "cat <<EOF > /a  && cat <<-'B' > /b\n$x\nEOF\n\tb\nB\n"  # the shell reads the heredocs itself
+    assert "> /d/ONE" in lowered[2] and "> /d/TWO" in lowered[2]

@@ -109,7 +109,8 @@ def test_the_watchdog_withdraws_its_owners_admissions():
 
 def test_only_addresses_routed_out_of_an_uplink_are_outside():
     network.ensure_network()
-    outside = [address for address in ("127.0.0.1", network.gateway_address(), "169.254.169.254", "0.0.0.0") if firewall.is_outside(address)]
+    inside = ("127.0.0.1", network.gateway_address(), "169.254.169.254", "0.0.0.0", "::ffff:127.0.0.1", f"::ffff:{network.gateway_address()}")
+    outside = [address for address in inside if firewall.is_outside(address)]
     assert outside == []
     assert firewall.is_outside("203.0.113.80") == bool(firewall.uplinks("-4"))
 

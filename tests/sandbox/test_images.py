@@ -307,3 +307,19 @@ async def test_a_file_only_its_owner_may_read_is_built_into_the_image_as_dockers
     tag = await fresh_resolver().ensure_built(context, "private", timeout_sec=300)
     shown = await podman("run", "--rm", tag, "stat", "-c", "%a %u %s", "/opt/secret.txt")
     assert shown.text == "600 0 5", shown
+
+
+async def test_identical_mount_lines_of_two_tasks_each_mount_their_own_stage(tmp_path):
+    """buildah's layer cache keys a RUN by its text, not by what it mounts: the guard names the mounted
+    stage by the image's content, so the second task does not get the first one's layer. The mount
+    sits behind a comment line inside the continuation, which buildah reads as part of the RUN."""
+    run = uuid.uuid4().hex
+    words: dict[str, str] = {}
+    for word in ("first", "second"):
+        dockerfile = (
+            f"FROM debian:bookworm-slim AS builder\nRUN echo {word} > /word  # {run}\nFROM debian:bookworm-slim\n"
+            f"RUN \\\n# a comment inside the continuation\n --mount=type=bind,from=builder,source=/word,target=/w cp /w /word  # {run}\n"
+        )
+        tag = await fresh_resolver().ensure_built(environment_dir(tmp_path / word, dockerfile), f"mount-{word}", timeout_sec=300)
+        words[word] = (await podman("run", "--rm", tag, "cat", "/word")).check("run").text.strip()
+    assert words == {"first": "first", "second": "second"}
