@@ -210,7 +210,11 @@ def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_n
         return mount.spec, []
     changes: dict[str, str | None] = {}
     if mount.kind == "cache":
-        changes["id"] = f"{PREFIX}-{image_key}-{mount.options.get('id') or mount.options.get('target') or mount.options.get('dst', '')}"
+        named = mount.options.get("id") or mount.options.get("target") or mount.options.get("dst", "")
+        if ".." in named.split("/"):
+            # buildah 1.39 made a folder outside its cache area for target=/../../../e (a red-team finding).
+            raise UnsafeDockerfileError(f"line {line}: RUN --mount={mount.spec}: a cache's id or target may not contain '..'; name it plainly.")
+        changes["id"] = f"{PREFIX}-{image_key}-{named}"
     if "from" not in mount.options:
         if mount.kind == "bind":
             _check_context_source(mount.source or ".", context, line)

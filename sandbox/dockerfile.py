@@ -343,6 +343,12 @@ def copy_from_images(dockerfile: str, froms: list[FromLine]) -> list[str]:
     return images
 
 
+def variable_copy_sources(dockerfile: str) -> list[str]:
+    """``COPY --from=`` and mount ``from=`` sources named through a variable (``--from=${X}``): only the
+    builder would know what they name, unpinned, so it could be any image in its storage."""
+    return [source for instruction in parse(dockerfile) for source in _sources(instruction) if "$" in source]
+
+
 def pin_copy_sources(dockerfile: str, images: Mapping[str, str]) -> str:
     """``dockerfile`` with each ``COPY --from=<image>`` (and ``RUN --mount=...,from=<image>``) in ``images``
     naming the local image it resolved to; each such instruction written anew, on one line."""

@@ -55,6 +55,7 @@ from prefect_harbor.sandbox.dockerfile import (
     parse_from_lines,
     pin_bases,
     pin_copy_sources,
+    variable_copy_sources,
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
@@ -286,6 +287,7 @@ class ImageResolver:
         prebuilt, reason = config.docker_image, ""
         has_dockerfile = (environment_dir / DOCKERFILE_NAME).is_file()
         if should_use_prebuilt_docker_image(environment_dir, docker_image=prebuilt, force_build=force_build):
+            _refuse_private_image(prebuilt, f"{environment_dir.parent / 'task.toml'} [environment] docker_image")
             try:
                 image = await self.resolve(prebuilt, warn=warn, shipped=not has_dockerfile)
             except BaseNotMadeError:  # check: the sweep will make it (bootstrap), so no reason to build instead
@@ -323,6 +325,7 @@ class ImageResolver:
                 service.build.context, f"{name}.{service.name}", dockerfile=service.build.dockerfile, timeout_sec=timeout_sec, build=build, warn=warn
             )
         assert service.image is not None, "compose.load refuses a service without build or image"
+        _refuse_private_image(service.image, f"compose service {service.name!r}")
         return await self.resolve(service.image, warn=warn)
 
     async def ensure_built(
@@ -340,6 +343,13 @@ class ImageResolver:
             raise ImageBuildError(f"{dockerfile}: {error}") from None
         if not froms:
             raise ImageBuildError(f"{dockerfile}: no FROM line.")
+        if named := variable_copy_sources(text):
+            raise ImageBuildError(
+                f"{dockerfile}: --from={named[0]} names an image through a variable, which the build could not pin to a base; "
+                "write the image (or the stage) literally."
+            )
+        for reference in [*external_bases(froms), *copy_from_images(text, froms)]:
+            _refuse_private_image(reference, dockerfile)
         bases = {image: await self.resolve(image, warn=warn) for image in external_bases(froms)}
         copied = {image: await self.resolve(image, warn=warn) for image in copy_from_images(text, froms)}
         text = create_workdirs(pin_copy_sources(text, copied))
@@ -441,6 +451,20 @@ def _write_private(path: Path, data: bytes) -> None:
     with os.fdopen(descriptor, "wb") as handle:
         os.fchmod(handle.fileno(), 0o600)
         handle.write(data)
+
+
+#: Images no task may build on, copy from or run: other tasks' images (their tests, their secrets) and the builder's.
+PRIVATE_REPOSITORIES = (IMAGE_REPOSITORY, f"{LOCAL_REGISTRY}/builder")
+
+
+def _refuse_private_image(reference: str, where: Path | str) -> None:
+    """Refuse a task's reference to one of :data:`PRIVATE_REPOSITORIES`: they are this host's, not the task's."""
+    normalized = normalize_reference(reference)
+    if any(normalized.startswith((f"{repository}:", f"{repository}@")) for repository in PRIVATE_REPOSITORIES):
+        raise ImageBuildError(
+            f"{where}: {reference!r} is an image this host built for another task (or its builder); a task may not use it. "
+            "Name a registry image or a base image instead."
+        )
 
 
 def _sanitize(name: str) -> str:

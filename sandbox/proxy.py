@@ -132,10 +132,12 @@ class AuthenticatingForward(Forward):
                 except DestinationRefused as refused:
                     _refuse(client, upstream, str(refused))
                     return
-                method, headers = _rewrite(head, self.authorization)
-                upstream.sendall(headers)
                 length = _content_length(head)
-                if method == b"CONNECT" or length is None:
+                last = head.split(b" ", 1)[0].upper() == b"CONNECT" or length is None
+                # After a tunnel or a chunked body the rest passes as it is, so the proxy is told to read no further request.
+                headers = _rewrite(head, self.authorization, close=last)
+                upstream.sendall(headers)
+                if last or length is None:
                     break
                 _copy_exactly(reader, upstream, length)
         except OSError:
@@ -213,12 +215,16 @@ def _read_head(reader) -> bytes:
     return head
 
 
-def _rewrite(head: bytes, authorization: bytes | None) -> tuple[bytes, bytes]:
+def _rewrite(head: bytes, authorization: bytes | None, *, close: bool = False) -> bytes:
+    """The head with the proxy's credentials in place of the client's (and, with ``close``, ``Connection: close``)."""
+    dropped = (b"proxy-authorization:", b"connection:", b"proxy-connection:") if close else (b"proxy-authorization:",)
     lines = head.split(b"\r\n")
-    kept = [line for line in lines[1:] if line and not line.lower().startswith(b"proxy-authorization:")]
+    kept = [line for line in lines[1:] if line and not line.lower().startswith(dropped)]
     if authorization:
         kept.append(b"Proxy-Authorization: " + authorization)
-    return lines[0].split(b" ", 1)[0].upper(), b"\r\n".join([lines[0], *kept, b"", b""])
+    if close:
+        kept.append(b"Connection: close")
+    return b"\r\n".join([lines[0], *kept, b"", b""])
 
 
 def _content_length(head: bytes) -> int | None:

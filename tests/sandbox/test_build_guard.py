@@ -198,3 +198,9 @@ def test_the_same_mount_in_two_images_mounts_stages_named_by_each_image(tmp_path
     run = [line for line in first.splitlines() if line.startswith("RUN --mount")]
     assert run and run != [line for line in second.splitlines() if line.startswith("RUN --mount")]
     assert "from=prefect-harbor-mount-aaa-0" in first and "from=prefect-harbor-mount-bbb-0" in second
+
+
+def test_a_cache_mount_whose_id_or_target_climbs_out_is_refused(tmp_path):
+    for spec in ("type=cache,target=/../../../e", "type=cache,id=../pip,target=/root/.cache"):
+        with pytest.raises(UnsafeDockerfileError, match="may not contain '..'"):
+            guard(f"FROM debian\nRUN --mount={spec} true\n", tmp_path, "k")

@@ -293,9 +293,11 @@ async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
 async def test_a_build_past_its_timeout_is_stopped_and_leaves_no_builder_behind(tmp_path):
     token = uuid.uuid4().hex
     context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\nRUN echo {token} && sleep 300\n")
+    resolver = fresh_resolver()
+    tag = await resolver.ensure_built(context, "slow", timeout_sec=8, build=False)  # its name; other builds may run beside it
     with pytest.raises(ImageBuildError, match="took longer than the task's build_timeout_sec"):
-        await fresh_resolver().ensure_built(context, "slow", timeout_sec=8)
-    left = await podman("ps", "--all", "--quiet", "--filter", "label=io.prefect-harbor.build")
+        await resolver.ensure_built(context, "slow", timeout_sec=8)
+    left = await podman("ps", "--all", "--quiet", "--filter", f"label=io.prefect-harbor.build={tag}")
     assert left.text == "", "a builder container outlived its build"
 
 
@@ -323,3 +325,19 @@ async def test_identical_mount_lines_of_two_tasks_each_mount_their_own_stage(tmp
         tag = await fresh_resolver().ensure_built(environment_dir(tmp_path / word, dockerfile), f"mount-{word}", timeout_sec=300)
         words[word] = (await podman("run", "--rm", tag, "cat", "/word")).check("run").text.strip()
     assert words == {"first": "first", "second": "second"}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "line",
+    ["COPY --from={tag} /secret /stolen", "COPY --from=${{X}} /secret /stolen", "FROM {tag}", "COPY --from=prefect-harbor.local/builder:trixie-1 /usr/bin/buildah /b"],
+    ids=["copy-from-another-tasks-image", "copy-from-a-variable", "from-another-tasks-image", "copy-from-the-builder"],
+)
+async def test_a_task_cannot_read_another_tasks_image_or_the_builders(tmp_path, line):
+    """Red-team finding: the resolver pinned any image on the host, and an unpinned --from=${X} reached the builder's shared storage."""
+    victim = await fresh_resolver().ensure_built(
+        environment_dir(tmp_path / "victim", f"FROM debian:bookworm-slim\nRUN echo victim-{uuid.uuid4().hex} > /secret\n"), "victim", timeout_sec=300
+    )
+    hostile = f"FROM debian:bookworm-slim\nARG X={victim}\n" + line.format(tag=victim) + "\n"
+    with pytest.raises(ImageBuildError, match="another task|through a variable"):
+        await fresh_resolver().ensure_built(environment_dir(tmp_path / "hostile", hostile), "hostile", timeout_sec=300)
