@@ -12,7 +12,7 @@ in the builder, on the host, instead:
   A mount from the build context is kept, once its source is checked to resolve inside it.
 * Cache mounts (``type=cache``) are shared host-wide by their id (or target): one task's
   build could plant files in the pip or apt cache of the next. Each gets an id private to
-  the image being built.
+  the task's environment (its folder and Dockerfile), which its rebuilds after an edit share.
 * ``ADD <url>``: buildah fetches the URL from the host, whose loopback holds the Prefect API.
   The URL is fetched here instead (:mod:`.remote_sources`), only from public addresses, and
   handed to the build as a file.
@@ -98,11 +98,18 @@ class Mount:
         return ",".join(key if options[key] == "true" and key in ("rw", "readwrite", "ro", "readonly") else f"{key}={options[key]}" for key in order)
 
 
-def guard(dockerfile: str, context: Path, image_key: str) -> Guarded:
+@dataclass(frozen=True)
+class _Keys:
+    image: str  # the image's content digest: names the stages added for mounts
+    cache: str  # the environment's: names its cache mounts
+
+
+def guard(dockerfile: str, context: Path, image_key: str, cache_key: str | None = None) -> Guarded:
     """``dockerfile`` (heredocs already lowered) rewritten as the module docstring says.
 
-    ``image_key`` (the image's content digest) makes cache ids and the stages added for mounts
-    private to this image: buildah's layer cache keys a ``RUN`` by its text, not by what it mounts.
+    ``image_key`` (the image's content digest) makes the stages added for mounts private to this
+    image: buildah's layer cache keys a ``RUN`` by its text, not by what it mounts. ``cache_key``
+    (default ``image_key``) makes cache mounts' ids private to one environment.
     ``context`` is the build context that sources of context mounts must stay in. Raises
     :class:`UnsafeDockerfileError` for what cannot be made safe.
     """
@@ -122,7 +129,7 @@ def guard(dockerfile: str, context: Path, image_key: str) -> Guarded:
     for instruction in instructions:
         if instruction.keyword == "FROM":
             current_from = instruction.start
-        replacement, stages = _guarded(instruction, context, image_key, stage_names, guarded, counter, escape)
+        replacement, stages = _guarded(instruction, context, _Keys(image_key, cache_key or image_key), stage_names, guarded, counter, escape)
         if replacement is not None:
             _refuse_other_escape(escape, instruction)
             replace_instruction(lines, instruction, replacement)
@@ -133,12 +140,12 @@ def guard(dockerfile: str, context: Path, image_key: str) -> Guarded:
 
 
 def _guarded(
-    instruction: Instruction, context: Path, image_key: str, stage_names: Sequence[str], guarded: Guarded, counter: Iterator[int], escape: str
+    instruction: Instruction, context: Path, keys: _Keys, stage_names: Sequence[str], guarded: Guarded, counter: Iterator[int], escape: str
 ) -> tuple[str | None, list[str]]:  # fmt: skip
     """The instruction's replacement (None: keep it as written) and the stages it needs before its own."""
     line = instruction.start + 1
     if instruction.keyword == "RUN":
-        return _guard_run(instruction, line, context, image_key, stage_names, counter)
+        return _guard_run(instruction, line, context, keys, stage_names, counter)
     if instruction.keyword == "ADD":
         return _guard_add(instruction, line, guarded, counter, escape), []
     if instruction.keyword == "ONBUILD":
@@ -164,7 +171,7 @@ def _refuse_unsafe_trigger(instruction: Instruction, line: int, context: Path, e
     """An ``ONBUILD`` trigger runs in a later build, which this guard does not see: one that would need rewriting is refused."""
     directive = "# escape=`\n" if escape == "`" else ""
     trigger = [replace(read, start=instruction.start, end=instruction.end) for read in parse(directive + instruction.text.split(maxsplit=1)[-1] + "\n")]
-    if trigger and _guarded(trigger[0], context, "onbuild", [], Guarded(text=""), iter(range(1)), escape)[0] is not None:
+    if trigger and _guarded(trigger[0], context, _Keys("onbuild", "onbuild"), [], Guarded(text=""), iter(range(1)), escape)[0] is not None:
         raise UnsafeDockerfileError(f"line {line}: ONBUILD {trigger[0].keyword} would run unguarded in a later build; remove the trigger or make it a plain instruction.")
 
 
@@ -178,7 +185,7 @@ def _mounts(instruction: Instruction) -> list[Mount]:
 
 
 def _guard_run(
-    instruction: Instruction, line: int, context: Path, image_key: str, stage_names: Sequence[str], counter: Iterator[int]
+    instruction: Instruction, line: int, context: Path, keys: _Keys, stage_names: Sequence[str], counter: Iterator[int]
 ) -> tuple[str | None, list[str]]:  # fmt: skip
     stages: list[str] = []
     kept: list[str] = []
@@ -194,7 +201,7 @@ def _guard_run(
         if name.lower() != "--mount":
             kept.append(flag)
             continue
-        mount, mount_stages = _guard_mount(Mount.parse(value), line, context, image_key, stage_names, counter)
+        mount, mount_stages = _guard_mount(Mount.parse(value), line, context, keys, stage_names, counter)
         kept.append(f"--mount={mount}")
         stages += mount_stages
     if kept == list(instruction.flags):
@@ -202,7 +209,7 @@ def _guard_run(
     return _emitted("RUN", kept, instruction.words, line, json_form=instruction.json), stages
 
 
-def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_names: Sequence[str], counter: Iterator[int]) -> tuple[str, list[str]]:
+def _guard_mount(mount: Mount, line: int, context: Path, keys: _Keys, stage_names: Sequence[str], counter: Iterator[int]) -> tuple[str, list[str]]:
     """A ``--mount`` spec made safe (see the module docstring), and the scratch stage it now mounts from."""
     if '"' in mount.spec or "'" in mount.spec:
         raise UnsafeDockerfileError(f"line {line}: RUN --mount={mount.spec}: builders read quotes inside a mount's options differently; write them unquoted.")
@@ -214,7 +221,7 @@ def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_n
         if ".." in named.split("/"):
             # buildah 1.39 made a folder outside its cache area for target=/../../../e (a red-team finding).
             raise UnsafeDockerfileError(f"line {line}: RUN --mount={mount.spec}: a cache's id or target may not contain '..'; name it plainly.")
-        changes["id"] = f"{PREFIX}-{image_key}-{named}"
+        changes["id"] = f"{PREFIX}-{keys.cache}-{named}"
     if "from" not in mount.options:
         if mount.kind == "bind":
             _check_context_source(mount.source or ".", context, line)
@@ -225,7 +232,7 @@ def _guard_mount(mount: Mount, line: int, context: Path, image_key: str, stage_n
     origin = mount.options["from"]
     origin = stage_names[int(origin)] if origin.isdigit() and int(origin) < len(stage_names) else origin
     # Named by the image's content: the same RUN text in another task's build mounts another stage.
-    stage = f"{PREFIX}-mount-{image_key}-{next(counter)}"
+    stage = f"{PREFIX}-mount-{keys.image}-{next(counter)}"
     copy = _emitted("COPY", [f"--from={origin}"], [source, "/mounted"], line)
     return mount.replaced(**changes, **{"from": stage, "source": "/mounted", "src": None}), [f"FROM scratch AS {stage}", copy]
 

@@ -19,7 +19,7 @@ container, as much a sandbox as a trial's:
   other container, so an ``ADD <url>`` buildah fetches itself reaches no host address either),
   the seccomp profile and capabilities, and a process limit.
 
-The finished image leaves as an OCI archive that the host's podman loads: what it reads from
+The finished image leaves as an image archive that the host's podman loads: what it reads from
 any registry. Builds of different tasks share the builder's layer cache, whose keys are the
 instructions' text; :mod:`.build_guard` names every stage it adds by the image's content, so
 no cached step crosses tasks with different content.
@@ -59,15 +59,18 @@ _IN_BUILDER_CONF = "/etc/prefect-harbor/containers.conf"
 _IN_BUILDER_SECCOMP = "/etc/prefect-harbor/seccomp.json"
 #: What the builder runs: make each base known by its id under the name the Dockerfile uses,
 #: build, and write the image out. Arguments: the tag, pairs of (base id, name), ``--``, buildah build's.
+#: Images cross as docker archives, whose layers are plain tars: buildah 1.39 gzips every layer it
+#: writes to an OCI archive (``--disable-compression`` notwithstanding), which made the export and
+#: the load the most of a build's cost (``benchmarks/builder_cost.py``).
 _BUILD_SCRIPT = """set -eu
 tag=$1; shift
 while [ "$1" != -- ]; do
-  buildah inspect --type image "$1" > /dev/null 2>&1 || buildah pull --quiet "oci-archive:/bases/$1.tar" > /dev/null
+  buildah inspect --type image "$1" > /dev/null 2>&1 || buildah pull --quiet "docker-archive:/bases/$1.tar" > /dev/null
   buildah tag "$1" "$2"; shift 2
 done
 shift
 buildah build "$@"
-buildah push --quiet --disable-compression "$tag" "oci-archive:/out/image.tar:$tag"
+buildah push --quiet "$tag" "docker-archive:/out/image.tar:$tag"
 """
 
 
@@ -185,7 +188,10 @@ async def run_build(job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Co
             raise
         if done.returncode != 0:
             return done
-        loaded = await podman("load", "--quiet", "--input", str(out / "image.tar"), timeout=timeout_sec)
+        archive = out / "image.tar"
+        if not archive.is_file() or archive.is_symlink():  # the builder wrote it: a link could point podman at a host file
+            return Completed(1, done.stdout, done.stderr + b"\nthe builder left no image archive (or not a plain file) in its output folder")
+        loaded = await podman("load", "--quiet", "--input", str(archive), timeout=timeout_sec)
         if loaded.returncode != 0:
             return Completed(loaded.returncode, done.stdout, done.stderr + b"\nloading the built image failed: " + loaded.stderr)
         return done
@@ -224,15 +230,15 @@ async def _run_argv(
 
 
 async def _base_archive(image_id: str, home: Path) -> Path:
-    """The host image ``image_id`` as an OCI archive the builder can read: saved once per id."""
+    """The host image ``image_id`` as an archive the builder can read (plain-tar layers): saved once per id."""
     bases = home / "bases"
     bases.mkdir(exist_ok=True, mode=0o700)
-    archive = bases / f"{image_id}.tar"
+    archive = bases / f"{image_id}.docker-archive.tar"
     if archive.is_file():
         return archive
     with tempfile.TemporaryDirectory(prefix="save-", dir=bases) as staging:
         saving = Path(staging, "image.tar")
-        saved = await podman("save", "--quiet", "--format", "oci-archive", "--output", str(saving), image_id, timeout=1800)
+        saved = await podman("save", "--quiet", "--format", "docker-archive", "--output", str(saving), image_id, timeout=1800)
         saved.check(f"saving base image {image_id[:12]} for the builder")
         saving.chmod(0o644)  # the builder's root is nobody on the host: it reads the archive as "other"
         saving.replace(archive)

@@ -368,7 +368,7 @@ class ImageResolver:
         if self._known.get(tag) == tag:
             return tag
         try:  # before any build, and in `prefect-harbor check` too
-            guarded = guard(text, environment_dir, tag.rsplit(":", 1)[-1])
+            guarded = guard(text, environment_dir, tag.rsplit(":", 1)[-1], _cache_key(environment_dir, dockerfile))
         except UnsafeDockerfileError as refused:
             raise ImageBuildError(f"{dockerfile}: {refused}") from None
         if not build:
@@ -470,6 +470,13 @@ def _refuse_private_image(reference: str, where: Path | str) -> None:
 def _sanitize(name: str) -> str:
     name = re.sub(r"[^a-z0-9._-]", "-", name.lower())
     return name if re.match(r"^[a-z0-9]", name) else f"0{name}"
+
+
+def _cache_key(environment_dir: Path, dockerfile: Path) -> str:
+    """What names an environment's cache mounts: its folder and Dockerfile, not its content, so that
+    a rebuild after an edit finds its caches warm, and no other task's build can reach them."""
+    where = f"{environment_dir.resolve()}\0{dockerfile.resolve()}"
+    return "env-" + hashlib.blake2b(where.encode(), digest_size=8).hexdigest()
 
 
 async def _exists(reference: str) -> bool:

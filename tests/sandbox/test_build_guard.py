@@ -204,3 +204,11 @@ def test_a_cache_mount_whose_id_or_target_climbs_out_is_refused(tmp_path):
     for spec in ("type=cache,target=/../../../e", "type=cache,id=../pip,target=/root/.cache"):
         with pytest.raises(UnsafeDockerfileError, match="may not contain '..'"):
             guard(f"FROM debian\nRUN --mount={spec} true\n", tmp_path, "k")
+
+
+def test_cache_mounts_are_named_by_the_environment_when_a_cache_key_is_given(tmp_path):
+    """A rebuild after an edit (a new image key) keeps its cache; stages added for mounts stay named by content."""
+    dockerfile = "FROM debian:bookworm-slim AS l\nFROM debian:bookworm-slim\nRUN --mount=type=cache,target=/c --mount=type=bind,from=l,target=/h true\n"
+    before, after = (guard(dockerfile, tmp_path, image_key, "env-1").text for image_key in ("content-1", "content-2"))
+    assert "id=prefect-harbor-env-1-/c" in before and "id=prefect-harbor-env-1-/c" in after
+    assert "prefect-harbor-mount-content-1-0" in before and "prefect-harbor-mount-content-2-0" in after

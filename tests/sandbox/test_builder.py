@@ -72,3 +72,34 @@ def test_a_private_folder_that_is_a_link_is_refused(tmp_path):
         private_folder(tmp_path / "logs", "build logs")
     made = private_folder(tmp_path / "fresh", "build logs")
     assert made.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("leave", ["link", "folder", "nothing"])
+def test_an_output_the_builder_left_as_a_link_is_not_loaded(tmp_path, monkeypatch, leave):
+    """A builder a step took over writes its output folder: podman (host root) must not follow a link out of it."""
+    monkeypatch.setenv("PREFECT_HARBOR_BUILDER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(builder, "ensure_builder_image", lambda: "builder:image")
+    monkeypatch.setattr(builder, "ensure_network", lambda: "prefect-harbor")
+    monkeypatch.setattr(builder, "seccomp_profile", lambda: None)
+    monkeypatch.setattr(builder, "_owned_by_builder", lambda path: (path.mkdir(parents=True, exist_ok=True), path)[1])
+    monkeypatch.setattr(builder, "ensure_watchdog", lambda: None)
+    secret = tmp_path / "host-secret"
+    secret.write_text("not for the builder")
+    calls: list[tuple[str, ...]] = []
+
+    async def engine(*args: str, timeout: float | None = None) -> builder.Completed:
+        calls.append(args)
+        if args[0] == "run":
+            out = next(Path(a.split(":")[0]) for a in args if a.endswith(":/out"))
+            if leave == "link":
+                (out / "image.tar").symlink_to(secret)
+            elif leave == "folder":
+                (out / "image.tar").mkdir()
+        return builder.Completed(0, b"", b"")
+
+    monkeypatch.setattr(builder, "podman", engine)
+    context = tmp_path / "context"
+    context.mkdir()
+    done = asyncio.run(builder.run_build(builder.BuildJob(context, "FROM scratch\n", "localhost/prefect-harbor/task:x"), timeout_sec=60, pids_limit=64))
+    assert done.returncode != 0 and b"no image archive" in done.stderr
+    assert [call[0] for call in calls] == ["run"], "podman load was handed what the builder left"
