@@ -94,6 +94,7 @@ def debootstrap_image(suite: str, target: str, mirror: str | None, include: tupl
             "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite} {' '.join(include)}".strip(), "-", target,
             stdin=tar.stdout, timeout=None,
         )
+        tar.stdout.close()  # ours too: a podman that stopped reading must not leave tar blocked on the pipe for ever
         tar.wait()
         if imported.returncode != 0:
             raise EngineError(f"podman import failed: {imported.stderr.decode(errors='replace')[-2000:]}")

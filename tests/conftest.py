@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiers import refuse_in_the_unit_tier
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -18,11 +19,19 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 UI_SERVER_TESTS = ("tests/ui/", "tests/integration/test_deployments.py")
 
 
+#: Folders whose every test is in the integration tier (or the slow one, if marked so).
+INTEGRATION_FOLDERS = ("tests/integration/", "tests/ui/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The UI-server tests first (the longest group: started first, it does not become the tail
-    of a two-process run), and among them the process-worker tests last: their `prefect deploy`
+    """Tests under :data:`INTEGRATION_FOLDERS` are marked integration. The UI-server tests first
+    (the longest group: started first, it does not become the tail of a two-process run), and among them the process-worker tests last: their `prefect deploy`
     takes the deployment names the shared `prefect-harbor serve` serves, so it is stopped for
     them, and runs no more after."""
+    for item in items:  # the folder names the tier: real trials, servers and browsers are never unit tests
+        if item.nodeid.startswith(INTEGRATION_FOLDERS) and not any(item.iter_markers("slow")):
+            item.add_marker(pytest.mark.integration)
     stray = [item.nodeid for item in items if "ui_server" in item.fixturenames and not item.nodeid.startswith(UI_SERVER_TESTS)]
     if stray:
         raise pytest.UsageError(f"tests on the shared ui_server must live under {UI_SERVER_TESTS} (conftest.py): {stray}")
@@ -51,6 +60,8 @@ def prefect_server() -> Iterator[None]:
     """A real temporary Prefect server (SQLite) for the whole session: started once, ~15 s."""
     from prefect.testing.utilities import prefect_test_harness
 
+    refuse_in_the_unit_tier("a Prefect server")
+
     with prefect_test_harness(server_startup_timeout=120):
         yield
 
@@ -59,6 +70,8 @@ def prefect_server() -> Iterator[None]:
 def moto_endpoint() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1 (in-memory, no auth): its endpoint URL."""
     from moto.server import ThreadedMotoServer
+
+    refuse_in_the_unit_tier("moto's S3 server")
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
@@ -91,6 +104,7 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import time
     from pathlib import Path
 
+    refuse_in_the_unit_tier("SeaweedFS")
     weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
     data = tmp_path_factory.mktemp("seaweedfs")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": SEAWEED_KEY, "AWS_SECRET_ACCESS_KEY": SEAWEED_SECRET}

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from tiers import refuse_in_the_unit_tier
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ def prefect_server(home: Path, env: dict | None = None) -> Iterator[str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         **(env or {}),
     }
+    refuse_in_the_unit_tier("prefect server start")
     log = open(home / "server.log", "wb")
     server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120

@@ -48,6 +48,7 @@ def test_check_refuses_an_unparsable_task_toml(tasks):
     assert "refused bad-toml: task 'bad-toml': its task.toml cannot be loaded (Expected ']'" in output
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_check_refuses_a_compose_task_it_cannot_honour_naming_the_key(tasks):
     """main merges into the container and services run beside it; a key the sandbox cannot honour
     is refused, and a service image not in local storage is named (the sweep will try to pull it)."""
@@ -113,6 +114,7 @@ def test_check_code_dir_alone_scans_for_v02_apis(tmp_path):
     assert "configuration OK" not in output
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_check_says_per_task_whether_its_image_is_built_pulled_or_local(tasks):
     """A Terminal-Bench 2.0 task names a prebuilt image and ships its Dockerfile: the sweep pulls it, or builds the Dockerfile."""
     for name, image in [("tb2-shaped", "registry.invalid/alexgshaw/tb2-shaped:20251031"), ("local-image", BASE_IMAGE)]:
@@ -129,6 +131,7 @@ def test_check_says_per_task_whether_its_image_is_built_pulled_or_local(tasks):
     assert code == 0 and forced.count("builds environment/Dockerfile (force_build)") == 2, forced
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_check_names_separate_verifiers_and_refuses_one_it_cannot_build(tasks):
     """A separate verifier's own image (tests/Dockerfile) is checked with the task's; one that brings
     its tests needs no tests/test.sh in the task folder, as in Harbor."""

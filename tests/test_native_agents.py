@@ -80,6 +80,7 @@ def test_terminus_config_is_accepted_by_harbor(endpoint, tmp_path):
 # ---------------------------------------------------------------- mini-swe-agent
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_mini_swe_agent_gets_the_endpoint_in_its_environment(endpoint, prepared):
     setup = native_agent_config("mini-swe-agent", "openai/m", endpoint, {"cost_limit": "3"}, prepared=prepared)
     assert setup.agent.name is None and setup.agent.import_path == PREPARED_MINI_SWE_AGENT
@@ -99,6 +100,7 @@ def test_mini_swe_agent_gets_the_endpoint_in_its_environment(endpoint, prepared)
     assert setup.secrets == [KEY]
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_mini_swe_agent_reasoning_effort_moves_into_its_own_config(endpoint, prepared, tmp_path):
     setup = native_agent_config("mini-swe-agent", "openai/m", endpoint, {"reasoning_effort": "low"}, prepared=prepared)
     assert "reasoning_effort" not in setup.agent.kwargs
@@ -110,6 +112,7 @@ def test_mini_swe_agent_reasoning_effort_moves_into_its_own_config(endpoint, pre
     assert "config_file" not in setup.agent.kwargs
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_mini_swe_agent_config_is_accepted_by_harbor(endpoint, prepared, tmp_path):
     setup = native_agent_config("mini-swe-agent", "scripted", endpoint, {}, prepared=prepared)
     AgentFactory.run_preflight(setup.agent)
@@ -158,6 +161,7 @@ def test_model_falls_back_to_the_endpoint_model_then_the_osmosis_default():
     assert native_agent_config("terminus-2", None, Endpoint(base_url=URL), {}).agent.model_name == DEFAULT_MODEL_NAME
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_an_endpoint_without_a_key_gets_a_placeholder_that_is_not_a_secret(prepared):
     for key in (None, SecretStr("")):
         keyless = Endpoint(base_url=URL, api_key=key)

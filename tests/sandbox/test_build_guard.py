@@ -88,6 +88,7 @@ def test_an_ordinary_dockerfile_is_left_as_it_is(tmp_path):
     assert guard(plain, tmp_path, "k") == Guarded(text=plain)
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 async def test_check_refuses_an_unsafe_dockerfile_without_building(tmp_path):
     """`prefect-harbor check` (build=False) names the line, as prewarm would, before anything is built."""
     from prefect_harbor.sandbox import ImageBuildError

@@ -6,6 +6,9 @@ from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 from prefect_harbor.sandbox.engine import podman
 
+#: Each test starts podman (builds, containers): the integration tier.
+pytestmark = pytest.mark.integration
+
 
 async def test_task_resources_and_the_process_limit_are_applied(make_environment):
     env = make_environment(task_env=EnvironmentConfig(cpus=1, memory_mb=256), pids_limit=300)

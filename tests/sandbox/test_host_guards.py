@@ -41,6 +41,7 @@ def test_the_profile_is_kept_in_a_private_folder_and_rewritten_when_tampered_wit
     assert seccomp.seccomp_profile() == path and path.read_text() == expected
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 async def test_a_container_cannot_make_namespaces_or_touch_the_keyring_but_runs_threads(tmp_path):
     probe = (
         "unshare -Ur true 2>&1; echo unshare=$?; unshare -m true 2>/dev/null; echo mount-ns=$?; "
@@ -80,6 +81,7 @@ def input_rules() -> str:
     return subprocess.run(["iptables", "-S", firewall.INPUT_CHAIN], capture_output=True, text=True).stdout
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_a_relay_is_admitted_while_it_runs_and_no_longer():
     network.ensure_network()
     relay = network.Relay(network.gateway_address(), ("127.0.0.1", 9))
@@ -91,6 +93,7 @@ def test_a_relay_is_admitted_while_it_runs_and_no_longer():
     assert admitted not in input_rules()
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_the_admissions_of_a_dead_owner_are_withdrawn():
     network.ensure_network()
     dead = "1.1"  # pid 1 never started at tick 1: no live process has this token
@@ -100,6 +103,7 @@ def test_the_admissions_of_a_dead_owner_are_withdrawn():
     assert f"{firewall.RELAY_COMMENT} {dead}" not in input_rules()
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_the_watchdog_withdraws_its_owners_admissions():
     script = firewall.withdraw_owner_script("2.2")
     firewall.admit(network.gateway_address(), 47298, "2.2")
@@ -107,6 +111,7 @@ def test_the_watchdog_withdraws_its_owners_admissions():
     assert f"{firewall.RELAY_COMMENT} 2.2" not in input_rules()
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_only_addresses_routed_out_of_an_uplink_are_outside():
     network.ensure_network()
     inside = ("127.0.0.1", network.gateway_address(), "169.254.169.254", "0.0.0.0", "::ffff:127.0.0.1", f"::ffff:{network.gateway_address()}")
@@ -115,6 +120,7 @@ def test_only_addresses_routed_out_of_an_uplink_are_outside():
     assert firewall.is_outside("203.0.113.80") == bool(firewall.uplinks("-4"))
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_forwarding_from_the_bridge_is_dropped_except_out_of_uplinks_and_never_to_link_local():
     network.ensure_network()
     rules = subprocess.run(["iptables", "-t", "mangle", "-S", firewall.FORWARD_CHAIN], capture_output=True, text=True).stdout.splitlines()
@@ -124,6 +130,7 @@ def test_forwarding_from_the_bridge_is_dropped_except_out_of_uplinks_and_never_t
     assert f"-A FORWARD -i {network.bridge_name()} -j {firewall.FORWARD_CHAIN}" in jumps
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_containers_get_a_credential_free_relay_for_an_authenticating_proxy(monkeypatch):
     upstream = AuthenticatingProxy("alice", "proxy-password-canary")
     monkeypatch.setenv("HTTPS_PROXY", upstream.url)
@@ -157,6 +164,7 @@ def test_a_socks_proxy_with_a_password_is_not_passed_at_all(monkeypatch):
     assert "ALL_PROXY" not in proxy.container_proxy_variables()
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_the_relay_adds_credentials_to_each_request_of_a_kept_alive_connection():
     heads, bodies = [], []
     listener = socket.create_server(("127.0.0.1", 0))
@@ -191,6 +199,7 @@ def test_the_host_budget_is_half_of_pid_max():
     assert limits.process_budget() == int(Path("/proc/sys/kernel/pid_max").read_text()) // 2
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 async def test_run_steps_get_the_trials_capabilities_seccomp_and_network(tmp_path, make_environment):
     """A build's RUN step and a trial's container: the same capability set, a seccomp filter, the guarded bridge."""
     probe = "grep -E '^(CapEff|Seccomp):' /proc/self/status; ip -4 -o addr 2>/dev/null || cat /proc/net/fib_trie"
@@ -271,12 +280,14 @@ def relayed(request: bytes) -> tuple[bytes, list[bytes]]:
     ],
     ids=["absolute-form-loopback", "connect-loopback", "mapped-ipv6", "userinfo-and-decimal", "connect-private", "origin-form", "host-header-loopback"],
 )
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_the_relay_refuses_a_destination_a_trial_may_not_reach_and_the_proxy_never_sees_it(request_head):
     answer, received = relayed(request_head)
     assert answer.startswith(b"HTTP/1.1 403 Forbidden"), answer
     assert received == [], "the request reached the host's proxy"
 
 
+@pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_a_second_request_on_a_kept_alive_connection_is_checked_too():
     allowed = b"GET http://203.0.113.80/ HTTP/1.1\r\nHost: 203.0.113.80\r\n\r\n"
     answer, received = relayed(allowed + b"GET http://127.0.0.1:4200/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

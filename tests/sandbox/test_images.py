@@ -13,6 +13,10 @@ from prefect_harbor.sandbox.engine import podman
 from prefect_harbor.sandbox.images import ImageResolver, image_resolver, present_images
 from prefect_harbor.sandbox.standins import shipped_stand_in
 
+#: Each test starts podman (builds, containers): the integration tier.
+pytestmark = pytest.mark.integration
+
+
 FULL_SEMANTICS = """\
 ARG BASE=debian:bookworm-slim
 FROM --platform=linux/amd64 $BASE AS builder
@@ -289,7 +293,6 @@ async def test_a_fork_loop_in_a_run_step_is_held_to_the_process_limit(tmp_path):
     assert started and int(started[1]) < 64, f"the loop ran unbounded: {started and started[0]}"
 
 
-@pytest.mark.integration
 async def test_a_build_past_its_timeout_is_stopped_and_leaves_no_builder_behind(tmp_path):
     token = uuid.uuid4().hex
     context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\nRUN echo {token} && sleep 300\n")
@@ -301,7 +304,6 @@ async def test_a_build_past_its_timeout_is_stopped_and_leaves_no_builder_behind(
     assert left.text == "", "a builder container outlived its build"
 
 
-@pytest.mark.integration
 async def test_a_file_only_its_owner_may_read_is_built_into_the_image_as_dockers_builder_reads_it(tmp_path):
     """The builder's root is nobody on the host: it reads a copy of the context made for it, modes kept."""
     context = environment_dir(tmp_path, f"FROM debian:bookworm-slim\nCOPY secret.txt /opt/secret.txt\nRUN echo {uuid.uuid4().hex}\n", **{"secret.txt": "mine\n"})
@@ -327,7 +329,6 @@ async def test_identical_mount_lines_of_two_tasks_each_mount_their_own_stage(tmp
     assert words == {"first": "first", "second": "second"}
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(
     "line",
     ["COPY --from={tag} /secret /stolen", "COPY --from=${{X}} /secret /stolen", "FROM {tag}", "COPY --from=prefect-harbor.local/builder:trixie-1 /usr/bin/buildah /b"],

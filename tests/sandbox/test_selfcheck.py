@@ -5,6 +5,9 @@ from harbor.models.task.config import NetworkMode
 
 from prefect_harbor.sandbox.selfcheck import CHECKS, LIFECYCLE_CHECKS
 
+#: Each test starts podman (builds, containers): the integration tier.
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
 async def test_self_check(name, environment):
