@@ -90,11 +90,12 @@ def debootstrap_image(suite: str, target: str, mirror: str | None, include: tupl
                 if entry.is_file():
                     entry.unlink()
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = podman_sync(
-            "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite} {' '.join(include)}".strip(), "-", target,
-            stdin=tar.stdout, timeout=None,
-        )
-        tar.stdout.close()  # ours too: a podman that stopped reading must not leave tar blocked on the pipe for ever
+        assert tar.stdout is not None  # stdout=PIPE
+        with tar.stdout:  # closed after, ours too: a podman that stopped reading must not leave tar blocked for ever
+            imported = podman_sync(
+                "import", "--change", 'CMD ["bash"]', "--message", f"debootstrap --variant=minbase {suite} {' '.join(include)}".strip(), "-", target,
+                stdin=tar.stdout, timeout=None,
+            )
         tar.wait()
         if imported.returncode != 0:
             raise EngineError(f"podman import failed: {imported.stderr.decode(errors='replace')[-2000:]}")
