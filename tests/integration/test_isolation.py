@@ -579,7 +579,7 @@ def builder_probes(tmp_path_factory: pytest.TempPathFactory) -> dict:
             (task / "environment" / "Dockerfile").write_text(texts[name])
         with pytest.MonkeyPatch.context() as patch:
             if not guarded:  # the test-only switch: every Dockerfile goes to the builder as written
-                patch.setattr(images, "guard", lambda text, context, key: build_guard.Guarded(text))
+                patch.setattr(images, "guard", lambda text, context, *keys: build_guard.Guarded(text))
 
             async def build_all(tasks=tasks) -> list[str]:
                 return list(await asyncio.gather(*(_build_outcome(task) for task in tasks.values())))
