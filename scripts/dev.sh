@@ -112,8 +112,8 @@ case "${1:-}" in
         # Two processes (pytest-xdist): much of a test is waiting (podman, servers, sleeps), so two
         # cores overlap it. tests/conftest.py keeps a module, and the UI-server tests, in one process.
         # The fast tier first: a broken unit stops the run before the slow tiers start. It is unit
-        # tests only: a podman or buildah that refuses is first on its PATH, and the suite's server
-        # fixtures refuse it (tests/tiers.py).
+        # tests only: a podman, buildah and debootstrap that refuse are first on its PATH, and the
+        # suite's server fixtures refuse it (tests/tiers.py).
         say "Fast tier (unit tests: no container, no server)"
         # (Exit status 5 is "no test selected": arguments that name only tests of the other tier.)
         COVERAGE_FILE="$report/.coverage" PREFECT_HARBOR_TEST_TIER=unit PATH="$PWD/tests/unit_tier:$PATH" \

@@ -26,9 +26,9 @@ INTEGRATION_FOLDERS = ("tests/integration/", "tests/ui/")
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under :data:`INTEGRATION_FOLDERS` are marked integration. The UI-server tests first
-    (the longest group: started first, it does not become the tail of a two-process run), and among them the process-worker tests last: their `prefect deploy`
-    takes the deployment names the shared `prefect-harbor serve` serves, so it is stopped for
-    them, and runs no more after."""
+    (the longest group: started first, it does not become the tail of a two-process run), and
+    among them the process-worker tests last: their `prefect deploy` takes the deployment names
+    the shared `prefect-harbor serve` serves, so it is stopped for them, and runs no more after."""
     for item in items:  # the folder names the tier: real trials, servers and browsers are never unit tests
         if item.nodeid.startswith(INTEGRATION_FOLDERS) and not any(item.iter_markers("slow")):
             item.add_marker(pytest.mark.integration)
