@@ -132,5 +132,6 @@ def main() -> None:
         this, baseline = medians["this"], medians["baseline"]
         print(f"ratio_cold={this['cold_s'] / baseline['cold_s']:.2f} ratio_warm={this['warm_s'] / max(baseline['warm_s'], 0.01):.2f}")
 
+
 if __name__ == "__main__":
     main()

@@ -348,10 +348,11 @@ class ImageResolver:
                 f"{dockerfile}: --from={named[0]} names an image through a variable, which the build could not pin to a base; "
                 "write the image (or the stage) literally."
             )
-        for reference in [*external_bases(froms), *copy_from_images(text, froms)]:
+        based_on, copied_from = external_bases(froms), copy_from_images(text, froms)
+        for reference in [*based_on, *copied_from]:
             _refuse_private_image(reference, dockerfile)
-        bases = {image: await self.resolve(image, warn=warn) for image in external_bases(froms)}
-        copied = {image: await self.resolve(image, warn=warn) for image in copy_from_images(text, froms)}
+        bases = {image: await self.resolve(image, warn=warn) for image in based_on}
+        copied = {image: await self.resolve(image, warn=warn) for image in copied_from}
         text = create_workdirs(pin_copy_sources(text, copied))
         digest = hashlib.blake2b(digest_size=10)
         digest.update(f"recipe={RECIPE_VERSION}\0".encode())
