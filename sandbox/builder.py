@@ -30,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -191,6 +193,9 @@ async def run_build(job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Co
         archive = out / "image.tar"
         if not archive.is_file() or archive.is_symlink():  # the builder wrote it: a link could point podman at a host file
             return Completed(1, done.stdout, done.stderr + b"\nthe builder left no image archive (or not a plain file) in its output folder")
+        if (names := await asyncio.to_thread(_archive_names, archive)) != [[job.tag]]:
+            # podman load tags what the archive names: a builder a step took over could name a base or another task's image.
+            return Completed(1, done.stdout, done.stderr + f"\nthe builder's archive names {names!r}, not only {job.tag!r}: not loaded".encode())
         loaded = await podman("load", "--quiet", "--input", str(archive), timeout=timeout_sec)
         if loaded.returncode != 0:
             return Completed(loaded.returncode, done.stdout, done.stderr + b"\nloading the built image failed: " + loaded.stderr)
@@ -227,6 +232,20 @@ async def _run_argv(
         build += ["--build-arg", f"{key}={value}"]
     pairs = [part for name_, image_id in job.bases.items() for part in (image_id, name_)]
     return [*argv, image, "sh", "-c", _BUILD_SCRIPT, "build", job.tag, *pairs, "--", *build, "/context"]
+
+
+def _archive_names(archive: Path) -> list[list[str]] | None:
+    """The tags each image of a docker archive carries (its ``manifest.json``, what ``podman load``
+    applies), or None when the archive has no readable one."""
+    try:
+        with tarfile.open(archive) as tar:
+            # One only: readers differ on which of several they take.
+            (member,) = [member for member in tar.getmembers() if os.path.normpath(member.name) == "manifest.json"]
+            handle = tar.extractfile(member) if member.isfile() and member.size <= 1 << 20 else None
+            entries = json.load(handle) if handle is not None else None
+        return [list(entry.get("RepoTags") or []) for entry in entries] if isinstance(entries, list) else None
+    except (OSError, KeyError, ValueError, tarfile.TarError, AttributeError, TypeError):
+        return None
 
 
 async def _base_archive(image_id: str, home: Path) -> Path:

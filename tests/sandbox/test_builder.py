@@ -1,6 +1,8 @@
 """The builder container's command line: its walls, and that it sees no host path but its own (no engine runs here)."""
 
 import asyncio
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -74,8 +76,8 @@ def test_a_private_folder_that_is_a_link_is_refused(tmp_path):
     assert made.stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("leave", ["link", "folder", "nothing"])
-def test_an_output_the_builder_left_as_a_link_is_not_loaded(tmp_path, monkeypatch, leave):
+@pytest.mark.parametrize("leave", ["link", "folder", "nothing", "retagged"])
+def test_an_output_the_builder_left_as_a_link_or_naming_other_images_is_not_loaded(tmp_path, monkeypatch, leave):
     """A builder a step took over writes its output folder: podman (host root) must not follow a link out of it."""
     monkeypatch.setenv("PREFECT_HARBOR_BUILDER_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(builder, "ensure_builder_image", lambda: "builder:image")
@@ -95,11 +97,39 @@ def test_an_output_the_builder_left_as_a_link_is_not_loaded(tmp_path, monkeypatc
                 (out / "image.tar").symlink_to(secret)
             elif leave == "folder":
                 (out / "image.tar").mkdir()
+            elif leave == "retagged":  # its own tag, and a base's: podman load would re-point the base
+                _docker_archive(out / "image.tar", [b'[{"RepoTags": ["localhost/prefect-harbor/task:x", "prefect-harbor.local/library/debian:bookworm-slim"]}]'])
         return builder.Completed(0, b"", b"")
 
     monkeypatch.setattr(builder, "podman", engine)
     context = tmp_path / "context"
     context.mkdir()
     done = asyncio.run(builder.run_build(builder.BuildJob(context, "FROM scratch\n", "localhost/prefect-harbor/task:x"), timeout_sec=60, pids_limit=64))
-    assert done.returncode != 0 and b"no image archive" in done.stderr
+    assert done.returncode != 0 and (b"no image archive" in done.stderr or b"not loaded" in done.stderr)
     assert [call[0] for call in calls] == ["run"], "podman load was handed what the builder left"
+
+
+def _docker_archive(path: Path, manifests: list[bytes]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for manifest in manifests:
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(manifest)
+            tar.addfile(info, io.BytesIO(manifest))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("manifests", "names"),
+    [
+        ([b'[{"RepoTags": ["localhost/prefect-harbor/task:x"]}]'], [["localhost/prefect-harbor/task:x"]]),
+        ([b'[{"RepoTags": ["localhost/prefect-harbor/task:x", "prefect-harbor.local/library/debian:bookworm-slim"]}]'],
+         [["localhost/prefect-harbor/task:x", "prefect-harbor.local/library/debian:bookworm-slim"]]),
+        ([b'[{"RepoTags": ["localhost/prefect-harbor/task:x"]}]', b'[{"RepoTags": ["localhost/victim:1"]}]'], None),
+        ([b"not json"], None),
+        ([], None),
+    ],
+    ids=["its-own-tag", "a-base-too", "two-manifests", "unreadable", "none"],
+)
+def test_the_names_an_archive_would_give_are_read_before_it_is_loaded(tmp_path, manifests, names):
+    """podman load tags whatever the archive names; run_build loads only an archive naming its own tag alone."""
+    assert builder._archive_names(_docker_archive(tmp_path / "image.tar", manifests)) == names
