@@ -98,3 +98,16 @@ def test_the_sweeps_summary_names_flagged_verifier_output_even_without_token_usa
     )  # fmt: skip
     print_summary(summary)
     assert "1 attempt(s) had their verifier output flagged as tampered with" in capsys.readouterr().out
+
+
+def test_fail_on_regression_exits_1_only_for_a_drop_beyond_chance(tmp_path):
+    """The issue's case: one task went from 8/8 to 0/8, a coin-flip task's two rows went 1 -> 0."""
+    always = {f"always-{i}": 1.0 for i in range(8)}
+    before = run_folder(tmp_path, "a", always | {"coin-1": 1.0, "coin-2": 1.0})
+    after = run_folder(tmp_path, "b", dict.fromkeys(always, 0.0) | {"coin-1": 0.0, "coin-2": 0.0})
+    answer = compare(str(before), str(after), "--fail-on-regression")
+    assert answer.exit_code == 1 and "regressed beyond chance: overall, always" in answer.output, answer.output
+    coin_only = run_folder(tmp_path, "c", always | {"coin-1": 0.0, "coin-2": 0.0})
+    answer = compare(str(before), str(coin_only), "--fail-on-regression")
+    assert answer.exit_code == 0, "two rows 1 -> 0 could be chance (McNemar p = 0.5)"
+    assert "could be chance" in answer.output and "no clear change" in answer.output

@@ -4,17 +4,30 @@ import math
 import random
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 from harbor.metrics.mean import Mean
 from harbor.models.agent.context import AgentContext
 from harbor.models.trial.result import StepResult, TrialResult
 from harbor.models.verifier.result import VerifierResult
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
+from scipy import stats
 from trial_results import exception_info
 from trial_results import trial_result as real_trial_result
 
-from prefect_harbor.stats.compare import compare
-from prefect_harbor.stats.estimators import clustered_mean, pass_at_k, pass_at_k_curve, t_quantile
+from prefect_harbor.stats.compare import compare, holm, paired_test
+from prefect_harbor.stats.estimators import (
+    ALL_EQUAL,
+    BOOTSTRAP,
+    BOOTSTRAP_SEED,
+    TOO_FEW,
+    WILSON,
+    WILSON_CLUSTERED,
+    clustered_mean,
+    mean_difference,
+    pass_at_k,
+    pass_at_k_curve,
+)
 from prefect_harbor.stats.summary import summarize
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.outcome import outcome
@@ -22,37 +35,84 @@ from prefect_harbor.trial.outcome import outcome
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (2, 4.3027), (6, 2.4469), (10, 2.2281), (30, 2.0423), (1000, 1.9623)])
-def test_t_quantiles_match_the_tables(df, expected):
-    assert t_quantile(0.975, df) == pytest.approx(expected, abs=5e-5)
+@pytest.mark.parametrize(("passes", "rows"), [(6, 7), (0, 5), (5, 5), (1, 2), (37, 100), (1, 1)])
+def test_one_attempt_per_row_of_0_or_1_is_scipys_wilson_interval(passes, rows):
+    estimate = clustered_mean([[1.0]] * passes + [[0.0]] * (rows - passes))
+    expected = stats.binomtest(passes, rows).proportion_ci(confidence_level=0.95, method="wilson")
+    assert estimate.ci95 == pytest.approx((expected.low, expected.high), abs=1e-12)
+    assert estimate.method == WILSON
 
 
-def test_one_attempt_per_row_is_the_ordinary_standard_error():
-    values = [1.0, 0.0, 1.0, 1.0, 0.5, 0.0, 1.0]
-    estimate = clustered_mean([[v] for v in values])
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    assert estimate.mean == pytest.approx(mean)
-    assert estimate.se == pytest.approx(sd / math.sqrt(len(values)))
-    assert estimate.ci95 == pytest.approx((mean - 2.4469 * estimate.se, mean + 2.4469 * estimate.se), abs=1e-4)
-    assert estimate.method == "t interval, standard error of the mean"
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[1.0]] * 6 + [[0.0]],  # the demo: 0.857 (95% CI 0.508 to 1.21) under the t interval
+        [[1.0, 0.0]],  # --attempts 2 from the run form: 0.5 (95% CI -5.85 to 6.85)
+        [[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 1.0]],  # three tasks x 3 attempts: [-0.77, 2.10]
+        [[1.0, 1.0], [1.0, 1.0]],
+        [[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]],
+    ],
+)
+def test_an_interval_of_0_or_1_rewards_stays_inside_0_to_1(rows):
+    estimate = clustered_mean(rows)
+    low, high = estimate.ci95
+    assert 0.0 <= low <= estimate.mean <= high <= 1.0
 
 
 def test_attempts_of_a_row_are_clustered_so_the_interval_does_not_shrink_by_repetition():
-    rows = [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    rows = [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]] * 3
     clustered = clustered_mean(rows)
     as_if_independent = clustered_mean([[v] for row in rows for v in row])
-    # Identical attempts add no information: the clustered error is that of the 4 rows, not of 12 draws.
-    assert clustered.se == pytest.approx(clustered_mean([[1.0], [0.0], [1.0], [0.0]]).se)
+    # Identical attempts add no information: the clustered error is that of the 12 rows, not of 36 draws.
+    assert clustered.se == pytest.approx(clustered_mean([[v] for v, *_ in rows]).se)
     assert clustered.se > as_if_independent.se * 1.5
-    assert (clustered.n, clustered.clusters, clustered.method) == (12, 4, "t interval, standard error clustered by row (CR1)")
+    assert (clustered.n, clustered.clusters, clustered.method) == (36, 12, WILSON_CLUSTERED)
     # By hand: G/(G-1) * sum over rows of (sum of deviations)^2 / N^2.
-    assert clustered.se == pytest.approx(math.sqrt(4 / 3 * (4 * 1.5**2) / 144))
+    assert clustered.se == pytest.approx(math.sqrt(12 / 11 * (12 * 1.5**2) / 36**2))
+    # Worth about its 12 rows: wider than scipy's Wilson interval over 36 independent draws.
+    independent = stats.binomtest(18, 36).proportion_ci(method="wilson")
+    assert clustered.ci95[0] < independent.low and clustered.ci95[1] > independent.high
 
 
-def test_no_interval_with_one_row_and_nothing_without_values():
-    assert clustered_mean([[1.0, 0.0]]).ci95 is None
+def test_attempts_that_disagree_within_every_row_count_as_independent_draws_at_most():
+    rows = [[1.0, 0.0]] * 6  # every row's mean is the overall mean: no more than 12 draws' worth
+    wilson = stats.binomtest(6, 12).proportion_ci(method="wilson")
+    assert clustered_mean(rows).ci95 == pytest.approx((wilson.low, wilson.high))
+
+
+def test_other_rewards_get_scipys_bootstrap_over_rows_inside_the_rewards_range():
+    generator = random.Random(7)
+    rows = [[generator.choice((0.2, 0.25, 0.9)) for _ in range(2)] for _ in range(15)]
+    estimate = clustered_mean(rows)
+    assert estimate.method == BOOTSTRAP
+    values = [v for row in rows for v in row]
+    assert min(values) <= estimate.ci95[0] < estimate.mean < estimate.ci95[1] <= max(values)
+    # The same as scipy's own BCa bootstrap of the pooled mean over resampled rows, with the same seed.
+    sums, sizes = np.array([sum(row) for row in rows]), np.array([len(row) for row in rows], dtype=float)
+    # Its level widened as Hesterberg's expanded interval: the normal quantile sqrt(15/14) * t(0.975, 14) = 2.2204.
+    level = 1 - 2 * stats.norm.cdf(-math.sqrt(15 / 14) * 2.1448)
+    expected = stats.bootstrap(
+        (np.arange(len(rows)),), lambda i, axis=-1: sums[i].sum(axis=axis) / sizes[i].sum(axis=axis), vectorized=True,
+        n_resamples=9_999, method="BCa", confidence_level=level, rng=np.random.default_rng(BOOTSTRAP_SEED),
+    ).confidence_interval  # fmt: skip
+    assert estimate.ci95 == pytest.approx((expected.low, expected.high))
+    assert clustered_mean(rows) == estimate  # seeded: the same figures each time a run's summary is computed
+
+
+def test_too_few_rows_or_no_spread_give_no_interval_and_say_why():
+    few = clustered_mean([[0.5], [0.7], [0.2]])
+    assert few.ci95 is None and few.method == TOO_FEW and "at least 10" in few.method
+    flat = clustered_mean([[0.5]] * 12)
+    assert flat.ci95 is None and flat.method == ALL_EQUAL
     assert clustered_mean([[], []]) is None
+
+
+def test_a_difference_of_runs_is_never_taken_for_a_0_or_1_reward():
+    """Differences of 0 or 1 are not rewards: no Wilson interval (it would claim [0, 0.35] for no change)."""
+    assert mean_difference([0.0] * 12).ci95 is None
+    assert mean_difference([1.0, 0.0] * 3).method == TOO_FEW
+    spread = mean_difference([-1.0, 0.0, 0.0, 1.0, -1.0, -1.0, 0.0, 0.0, -1.0, 0.0, 0.0, -1.0])
+    assert -1.0 <= spread.ci95[0] < spread.mean < spread.ci95[1] <= 1.0
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(10, 3, 1), (10, 3, 5), (5, 0, 2), (5, 5, 3), (7, 6, 2), (3, 1, 3)])
@@ -162,6 +222,38 @@ def test_harbors_mean_metric_counts_a_trial_without_reward_as_zero():
     assert summarize([{"row_id": "a", "status": "success", "reward": 1.0}, {"row_id": "b", "status": "failure", "reward": None}]).reward.mean == 1.0
 
 
+def test_compare_tests_each_task_with_mcnemars_exact_test_adjusted_by_holm():
+    """One task went from 8/8 to 0/8, a coin-flip task's two rows went 1 -> 0 (the issue's case)."""
+    def run(rewards: dict[str, float]) -> list[dict]:
+        return [{"row_id": row, "task": row.split("-")[0], "attempt": 1, "status": "success", "reward": reward} for row, reward in rewards.items()]
+
+    rows = [f"always-{i}" for i in range(8)] + ["coin-1", "coin-2"]
+    comparison = compare(run(dict.fromkeys(rows, 1.0)), run(dict.fromkeys(rows, 0.0)), "A", "B")
+    always, coin = comparison.per_task["always"], comparison.per_task["coin"]
+    # McNemar's exact test is the exact binomial test of the rows that changed, as scipy computes it.
+    assert always.p_value == pytest.approx(stats.binomtest(0, 8, 0.5).pvalue) == pytest.approx(2 / 2**8)
+    assert coin.p_value == pytest.approx(stats.binomtest(0, 2, 0.5).pvalue) == pytest.approx(0.5)
+    assert (always.p_adjusted, coin.p_adjusted) == pytest.approx((2 * 2 / 2**8, 0.5))  # Holm over two tasks
+    assert (always.verdict, coin.verdict, comparison.difference.verdict) == ("worse", "no clear change", "worse")
+    assert comparison.regressed() == ["overall", "always"]
+    # Every row dropped by 1: no spread to resample, so no interval (not "-1 to -1", not "-1.03 to -0.504").
+    assert comparison.difference.difference.ci95 is None and comparison.difference.difference.method == ALL_EQUAL
+    assert comparison.phrase() == "2 tasks lower than run A: always −1 (p=0.016), coin −1 (p=0.5, could be chance)"
+
+
+def test_holm_adjusts_as_the_step_down_method_does():
+    assert holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
+    assert holm([0.5, 0.8]) == pytest.approx([1.0, 1.0])
+
+
+def test_continuous_differences_get_a_paired_permutation_test_as_scipys():
+    pairs = [(0.2, 0.5), (0.3, 0.6), (0.1, 0.15), (0.4, 0.35), (0.5, 0.9), (0.6, 0.8)]
+    test, p = paired_test(pairs)
+    before, after = np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
+    exact = stats.permutation_test((before, after), lambda x, y, axis=-1: np.mean(y - x, axis=axis), permutation_type="samples", vectorized=True)
+    assert test == "paired permutation test" and p == pytest.approx(exact.pvalue)  # 2^6 pairings: exact either way
+
+
 def test_a_comparison_pairs_rows_and_names_what_changed():
     def run(rewards: dict[str, float | None]) -> list[dict]:
         return [
@@ -178,7 +270,7 @@ def test_a_comparison_pairs_rows_and_names_what_changed():
     assert comparison.worse_tasks() == {"a": -0.5}
     assert [c.row_id for c in comparison.changed] == ["a-1", "b-2", "c-1", "gone-1", "new-1"]
     assert comparison.newly_failing() == ["c-1"]
-    assert comparison.phrase() == "1 task worse than run A: a −0.5; 1 row newly failing"
+    assert comparison.phrase() == "1 task lower than run A: a −0.5 (p=1, could be chance); 1 row newly failing"
 
 
 def test_a_row_run_more_times_with_the_same_outcome_has_not_changed():

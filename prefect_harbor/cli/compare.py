@@ -1,7 +1,9 @@
 """``prefect-harbor compare RUN_A RUN_B``: what changed between two runs of the same rows, and the tables that show a run's figures.
 
-Exit code 0 whatever the comparison found, so it can be read in scripts; ``--fail-if-worse
-DELTA`` makes a drop of the overall mean reward by more than DELTA exit 1, for CI.
+Exit code 0 whatever the comparison found, so it can be read in scripts. For CI:
+``--fail-on-regression`` exits 1 when the overall difference or a task's is *worse* beyond chance
+(its paired test's p-value, Holm-adjusted across tasks, below 0.05), and ``--fail-if-worse DELTA``
+when the overall mean reward dropped by more than DELTA, however sure.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def compare(
     fail_if_worse: Annotated[
         float | None, typer.Option(min=0, help="Exit 1 when the overall mean reward dropped by more than this (candidate − baseline < −DELTA).")
     ] = None,
+    fail_on_regression: Annotated[
+        bool, typer.Option(help="Exit 1 when the overall difference or a task's is worse beyond chance (paired test, Holm-adjusted p < 0.05).")
+    ] = False,
     rows: Annotated[int, typer.Option(min=0, help="How many changed rows to list (--json lists all).")] = 20,
 ) -> None:
     """Compare two runs of the same rows: paired differences (95% intervals) overall and per task, and the rows that changed outcome."""
@@ -54,6 +59,9 @@ def compare(
         typer.echo(comparison.model_dump_json())
     else:
         print_comparison(comparison, VisibleConsole(), rows_listed=rows)
+    if fail_on_regression and comparison.regressed():
+        err.print(f"[red]regressed beyond chance:[/] {escape(', '.join(comparison.regressed()))}", highlight=False)
+        raise typer.Exit(code=1)
     if fail_if_worse is not None:
         difference = comparison.difference.difference
         if difference is None:
@@ -67,10 +75,12 @@ def print_comparison(comparison: Comparison, console: Console, rows_listed: int 
     """The comparison for a terminal: the overall line, per-task differences, the changed rows."""
     console.print(f"{escape(comparison.candidate)} against {escape(comparison.baseline)}: {comparison.phrase()}", highlight=False, soft_wrap=True)
     console.print(f"Overall difference: {difference_text(comparison.difference)} over {comparison.paired_rows} rows scored in both", highlight=False)
-    table = Table("task", "rows", "before", "after", "difference", "95% CI", title="Per task (candidate − baseline)", title_justify="left")
+    columns = ("task", "rows", "before", "after", "difference", "95% CI", "p (Holm)", "verdict")
+    table = Table(*columns, title="Per task (candidate − baseline)", title_justify="left")
     for task, d in comparison.per_task.items():
         ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        table.add_row(escape(task), str(d.rows), figure(d.baseline_mean), figure(d.candidate_mean), signed(d.difference.mean) if d.difference else "-", ci)
+        p = "-" if d.p_adjusted is None else f"{d.p_adjusted:.2g}"
+        table.add_row(escape(task), str(d.rows), figure(d.baseline_mean), figure(d.candidate_mean), signed(d.difference.mean) if d.difference else "-", ci, p, d.verdict)
     console.print(table)
     if comparison.changed and rows_listed:
         changed = Table("row", "task", "before", "after", title=f"Rows that changed outcome ({len(comparison.changed)})", title_justify="left")

@@ -2,8 +2,14 @@
 
 Rows are paired by id. A row's figure in a run is its mean reward over its scored attempts
 (as the run's own mean counts them); the difference is ``candidate − baseline`` for every row
-scored in both, and its 95% interval is the paired t interval over those rows (each row one
-observation: its attempts are already averaged). A row *changed outcome* when its figure moved
+scored in both, with a bootstrap interval over those rows (each row one observation: its attempts
+are already averaged), which stays between the smallest and largest row difference.
+
+How sure: each task's difference and the overall one get a paired test, McNemar's exact test
+when every row's figure is 0 or 1 in both runs (scipy's exact binomial test on the rows that
+changed), else a paired permutation test (scipy's, swapping each row's two figures); the tasks'
+p-values are adjusted for their number by Holm's step-down method. A difference is *worse* or
+*better* only when its adjusted p-value is below :data:`ALPHA`. A row *changed outcome* when its figure moved
 or its attempts ended differently: another share of successes, failures and cancels (a success
 that became a failure has no figure in one run, and is listed all the same; three successes
 where there was one are the same outcome, so runs of different attempts compare).
@@ -17,14 +23,21 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field
+from scipy import stats
 
-from prefect_harbor.stats.estimators import Estimate, clustered_mean
+from prefect_harbor.stats.estimators import BOOTSTRAP_SEED, Estimate, mean_difference
 from prefect_harbor.stats.summary import COLUMNS, NO_TASK
 
 #: Differences smaller than this are rounding, not change.
 EPSILON = 1e-9
+#: The significance level of a verdict (after Holm's adjustment across tasks).
+ALPHA = 0.05
+MCNEMAR = "McNemar's exact test"
+PERMUTATION = "paired permutation test"
+PERMUTATION_RESAMPLES = 9_999
 
 
 class RowOutcome(BaseModel):
@@ -56,6 +69,23 @@ class TaskDifference(BaseModel):
     baseline_mean: float | None = None
     candidate_mean: float | None = None
     difference: Estimate | None = None
+    test: str | None = Field(default=None, description="The paired test behind `p_value`.")
+    p_value: float | None = Field(default=None, description="Two-sided p-value of the paired test (none without rows).")
+    p_adjusted: float | None = Field(default=None, description="`p_value` adjusted by Holm's method across the tasks (the overall one: unadjusted).")
+
+    @property
+    def verdict(self) -> str:
+        """``worse``, ``better``, or ``no clear change`` (adjusted p-value not below :data:`ALPHA`)."""
+        if self.difference is None or self.p_adjusted is None or self.p_adjusted >= ALPHA or abs(self.difference.mean) <= EPSILON:
+            return "no clear change"
+        return "worse" if self.difference.mean < 0 else "better"
+
+    def sureness(self) -> str:
+        """``p=0.0078``, or ``p=0.5, could be chance``: the adjusted p-value, in words for a line."""
+        p = self.p_adjusted if self.p_adjusted is not None else self.p_value
+        if p is None:
+            return "not tested"
+        return f"p={p:.2g}" + ("" if p < ALPHA else ", could be chance")
 
 
 class Comparison(BaseModel):
@@ -76,18 +106,24 @@ class Comparison(BaseModel):
         drops = {task: d.difference.mean for task, d in self.per_task.items() if d.difference is not None and d.difference.mean < -EPSILON}
         return dict(sorted(drops.items(), key=lambda item: item[1]))
 
+    def regressed(self) -> list[str]:
+        """What got worse beyond chance: ``overall`` and the tasks whose verdict is ``worse``."""
+        return (["overall"] if self.difference.verdict == "worse" else []) + [task for task, d in self.per_task.items() if d.verdict == "worse"]
+
     def newly_failing(self) -> list[str]:
         """Rows with a failed attempt in the candidate and none in the baseline."""
         return [c.row_id for c in self.changed if c.baseline and c.candidate and "failure" in c.candidate.ended and "failure" not in c.baseline.ended]
 
     def phrase(self, listed: int = 3) -> str:
-        """In a few words, for a headline: ``2 tasks worse than the run of 2026-12-01: a −0.5, b −1``."""
+        """In a few words, for a headline: ``2 tasks lower than the run of 2026-12-01: a −0.5 (p=0.5, could be chance),
+        b −1 (p=0.0078)``; *worse* when every task named dropped beyond chance."""
         when = f"the run of {self.baseline_started_at:%Y-%m-%d}" if self.baseline_started_at else f"run {self.baseline}"
         worse = self.worse_tasks()
         if worse:
-            named = ", ".join(f"{task} {signed(delta)}" for task, delta in list(worse.items())[:listed])
+            named = ", ".join(f"{task} {signed(delta)} ({self.per_task[task].sureness()})" for task, delta in list(worse.items())[:listed])
             more = f" and {len(worse) - listed} more" if len(worse) > listed else ""
-            text = f"{len(worse)} task{'s' if len(worse) != 1 else ''} worse than {when}: {named}{more}"
+            beyond_chance = all(self.per_task[task].verdict == "worse" for task in worse)
+            text = f"{len(worse)} task{'s' if len(worse) != 1 else ''} {'worse' if beyond_chance else 'lower'} than {when}: {named}{more}"
         else:
             text = f"no task worse than {when}"
         failing = self.newly_failing()
@@ -120,10 +156,13 @@ def compare(baseline: Iterable[Mapping[str, Any]], candidate: Iterable[Mapping[s
     changed += [RowChange(row_id=i, task=after[i].task, baseline=None, candidate=after[i]) for i in after if i not in before]
     changed.sort(key=lambda c: (c.difference if c.difference is not None else math.inf, c.row_id))
     overall = [pair for pairs in by_task.values() for pair in pairs]
+    per_task = {task: _difference(pairs) for task, pairs in sorted(by_task.items())}
+    for task, adjusted in zip(per_task, holm([d.p_value for d in per_task.values()]), strict=True):
+        per_task[task].p_adjusted = adjusted
     return Comparison(
         baseline=baseline_name, candidate=candidate_name, paired_rows=len(overall),
         only_in_baseline=sum(1 for i in before if i not in after), only_in_candidate=sum(1 for i in after if i not in before),
-        difference=_difference(overall), per_task={task: _difference(pairs) for task, pairs in sorted(by_task.items())}, changed=changed,
+        difference=_difference(overall, adjust=False), per_task=per_task, changed=changed,
     )  # fmt: skip
 
 
@@ -136,13 +175,45 @@ def _records(table: pa.Table) -> list[dict[str, Any]]:
     return table.select([name for name in COLUMNS if name in table.column_names]).to_pylist()
 
 
-def _difference(pairs: list[tuple[float, float]]) -> TaskDifference:
+def _difference(pairs: list[tuple[float, float]], adjust: bool = True) -> TaskDifference:
+    """The paired difference of ``pairs`` (baseline, candidate), its interval and its test; ``p_adjusted`` is
+    left for the caller to set across tasks unless ``adjust`` is false (then it is the p-value itself)."""
     if not pairs:
         return TaskDifference(rows=0)
+    test, p_value = paired_test(pairs)
     return TaskDifference(
         rows=len(pairs), baseline_mean=math.fsum(a for a, _ in pairs) / len(pairs), candidate_mean=math.fsum(b for _, b in pairs) / len(pairs),
-        difference=clustered_mean([[b - a] for a, b in pairs]),
+        difference=mean_difference([b - a for a, b in pairs]), test=test, p_value=p_value, p_adjusted=None if adjust else p_value,
     )  # fmt: skip
+
+
+def paired_test(pairs: list[tuple[float, float]]) -> tuple[str, float]:
+    """The two-sided paired test of ``pairs`` (baseline, candidate): McNemar's exact test when every figure is
+    0 or 1, else a paired permutation test of the mean difference."""
+    if all(a in (0.0, 1.0) and b in (0.0, 1.0) for a, b in pairs):
+        lost = sum(1 for a, b in pairs if a > b)
+        gained = sum(1 for a, b in pairs if b > a)
+        return MCNEMAR, 1.0 if lost + gained == 0 else float(stats.binomtest(gained, lost + gained, 0.5).pvalue)
+    if all(abs(b - a) <= EPSILON for a, b in pairs):
+        return PERMUTATION, 1.0
+    before, after = np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])
+    result = stats.permutation_test(
+        (before, after), lambda x, y, axis=-1: np.mean(y - x, axis=axis), permutation_type="samples",
+        n_resamples=PERMUTATION_RESAMPLES, vectorized=True, rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )  # fmt: skip
+    return PERMUTATION, float(result.pvalue)
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (Holm, 1979) of the p-values that are given (None stays None): the i-th
+    smallest of m is multiplied by m − i + 1, then made non-decreasing and capped at 1."""
+    given = sorted((p, index) for index, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(given):
+        running = max(running, min(1.0, (len(given) - rank) * p))
+        adjusted[index] = running
+    return adjusted
 
 
 def _rows(records: Iterable[Mapping[str, Any]]) -> dict[str, RowOutcome]:

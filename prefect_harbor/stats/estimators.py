@@ -1,13 +1,25 @@
 """The estimators behind a sweep's numbers: a mean with its 95% interval, and pass@k.
 
-**Mean and interval.** The mean of every observation (an attempt's reward), with a standard
-error clustered by row: a row's attempts share its prompt and task, so they are not
-independent, and treating k attempts as k independent samples would make the interval too
-narrow. The cluster-robust (CR1) variance is ``G/(G-1) · Σ_g (Σ_{i∈g} (y_i − ȳ))² / N²`` over
-``G`` rows and ``N`` observations; with one observation per row it is exactly ``s²/N``, the
-ordinary standard error of the mean. The interval is ``ȳ ± t(0.975, G−1) · SE`` (Student's t,
-which matters for the few rows small sweeps have: 2.45 rather than 1.96 at 7 rows). See
-Miller, "Adding Error Bars to Evals" (2024), for why evaluations should cluster this way.
+**Mean and interval.** The mean of every observation (an attempt's reward). A row's attempts
+share its prompt and task, so they are not independent: treating k attempts as k samples would
+make any interval too narrow. The standard error is clustered by row (CR1):
+``G/(G-1) · Σ_g (Σ_{i∈g} (y_i − ȳ))² / N²`` over ``G`` rows and ``N`` observations (Miller,
+"Adding Error Bars to Evals", 2024). The interval must stay inside the rewards' range, which a
+normal or Student-t interval on a handful of 0/1 rewards does not, so:
+
+- **0/1 rewards:** the Wilson score interval (always inside [0, 1]) at the *effective* number of
+  attempts, ``N / design effect``, the design effect being the clustered variance over the
+  variance of ``N`` independent draws (1 with one attempt per row; at most ``N`` attempts count,
+  and as few as the ``G`` rows when every row's attempts agree). Its quantile is scipy's, and at
+  whole sizes it is scipy's own ``binomtest(...).proportion_ci(method="wilson")`` (tested).
+- **Other rewards:** a bootstrap over rows (scipy's BCa: resampled rows keep their attempts
+  together), which stays within the smallest and largest reward seen. A bootstrap interval is
+  too narrow on few rows, so its level is widened as Hesterberg's *expanded* percentile interval
+  widens it ("What Teachers Should Know About the Bootstrap", 2015): the level whose normal
+  quantile is ``sqrt(G/(G−1)) · t(0.975, G−1)``. Below :data:`BOOTSTRAP_MIN_ROWS` rows there is
+  no interval.
+
+``benchmarks/interval_coverage.py`` measures how often each method covers the true mean.
 
 **pass@k** is the unbiased estimator of Chen et al. (2021), as Harbor computes it
 (``harbor/utils/pass_at_k.py``): for a problem attempted ``n`` times with ``c`` passes,
@@ -19,40 +31,136 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel, Field
+from scipy import stats
 
 #: The interval's confidence level.
 CONFIDENCE = 0.95
-CLUSTERED = "t interval, standard error clustered by row (CR1)"
-SIMPLE = "t interval, standard error of the mean"
+#: Fewer rows than this get no bootstrap interval: its coverage falls well short of 95%.
+BOOTSTRAP_MIN_ROWS = 10
+#: Resamples of the bootstrap, seeded so that a run's figures are the same each time they are computed.
+BOOTSTRAP_RESAMPLES = 9_999
+BOOTSTRAP_SEED = 20241
+#: Above this many rows BCa's jackknife (rows² work) gives way to the percentile bootstrap, with fewer
+#: resamples: at such sizes the two agree, and the figures stay a second's work.
+BCA_MAX_ROWS = 5_000
+LARGE_RESAMPLES = 1_999
+WILSON = "Wilson score interval"
+WILSON_CLUSTERED = "Wilson score interval at the effective attempts (standard error clustered by row, CR1)"
+BOOTSTRAP = f"BCa bootstrap over rows ({BOOTSTRAP_RESAMPLES:,} resamples, level expanded for the rows' number)"
+LARGE_BOOTSTRAP = f"percentile bootstrap over rows ({LARGE_RESAMPLES:,} resamples, level expanded for the rows' number)"
+TOO_FEW = f"too few rows for an interval (a bootstrap over rows needs at least {BOOTSTRAP_MIN_ROWS})"
+ALL_EQUAL = "no interval: every value is the same, and there is no spread to resample"
 
 
 class Estimate(BaseModel):
-    """A mean with its 95% confidence interval (none with fewer than two rows)."""
+    """A mean with its 95% confidence interval, and how the interval was found (or why there is none)."""
 
     mean: float
     n: int = Field(description="Observations (attempts) in the mean.")
     clusters: int = Field(description="Independent units (rows) the standard error is clustered by.")
-    se: float | None = Field(default=None, description="Standard error of the mean; none with fewer than two rows.")
-    ci95: tuple[float, float] | None = Field(default=None, description="The 95% confidence interval; none with fewer than two rows.")
-    method: str = Field(description="How the interval was computed.")
+    se: float | None = Field(default=None, description="Standard error of the mean, clustered by row; none with fewer than two rows.")
+    ci95: tuple[float, float] | None = Field(default=None, description="The 95% confidence interval, inside the rewards' range; none when `method` says why.")
+    method: str = Field(description="How the interval was computed, or why there is none.")
 
 
 def clustered_mean(clusters: Sequence[Sequence[float]]) -> Estimate | None:
-    """The mean of every value, with a standard error clustered by ``clusters`` (one per row); None when empty."""
-    groups = [list(group) for group in clusters if group]
+    """The mean of every value, with a 95% interval that respects ``clusters`` (one per row); None when empty."""
+    groups = [[float(value) for value in group] for group in clusters if group]
     values = [value for group in groups for value in group]
     if not values:
         return None
     n, g = len(values), len(groups)
     mean = math.fsum(values) / n
-    method = CLUSTERED if n > g else SIMPLE
+    se = math.sqrt(_cr1_variance(groups, mean)) if g >= 2 else None
+    if all(value in (0.0, 1.0) for value in values):
+        size = _effective_size(groups, mean)
+        return Estimate(mean=mean, n=n, clusters=g, se=se, ci95=wilson_interval(mean, size), method=WILSON if n == g else WILSON_CLUSTERED)
+    return _bootstrapped(groups, mean, se)
+
+
+def mean_difference(differences: Sequence[float]) -> Estimate | None:
+    """The mean of paired differences (one per row, e.g. ``candidate − baseline``), with a bootstrap interval
+    over rows, which stays between the smallest and the largest difference; None when there is none."""
+    values = [float(value) for value in differences]
+    if not values:
+        return None
+    groups = [[value] for value in values]
+    mean = math.fsum(values) / len(values)
+    return _bootstrapped(groups, mean, math.sqrt(_cr1_variance(groups, mean)) if len(values) >= 2 else None)
+
+
+def _bootstrapped(groups: list[list[float]], mean: float, se: float | None) -> Estimate:
+    """The estimate with a bootstrap interval over ``groups``, or none, saying why."""
+    n, g = sum(len(group) for group in groups), len(groups)
+    values = [value for group in groups for value in group]
+    if g < BOOTSTRAP_MIN_ROWS:
+        return Estimate(mean=mean, n=n, clusters=g, se=se, method=TOO_FEW)
+    if min(values) == max(values):
+        return Estimate(mean=mean, n=n, clusters=g, se=se, method=ALL_EQUAL)
+    method = BOOTSTRAP if g <= BCA_MAX_ROWS else LARGE_BOOTSTRAP
+    return Estimate(mean=mean, n=n, clusters=g, se=se, ci95=cluster_bootstrap_interval(groups), method=method)
+
+
+def wilson_interval(proportion: float, size: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of ``proportion`` observed over ``size`` trials (``size`` may be fractional:
+    an effective size). At whole sizes it equals ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``."""
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    shrink = 1 + z * z / size
+    centre = (proportion + z * z / (2 * size)) / shrink
+    half = z / shrink * math.sqrt(proportion * (1 - proportion) / size + z * z / (4 * size * size))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cluster_bootstrap_interval(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """scipy's bootstrap of the mean of every value, resampling whole rows (``groups``): BCa, or the
+    percentile bootstrap above :data:`BCA_MAX_ROWS` rows."""
+    sums = np.array([math.fsum(group) for group in groups])
+    sizes = np.array([len(group) for group in groups], dtype=float)
+
+    def pooled_mean(rows: np.ndarray, axis: int = -1) -> np.ndarray:
+        return sums[rows].sum(axis=axis) / sizes[rows].sum(axis=axis)
+
+    small = len(groups) <= BCA_MAX_ROWS
+    result = stats.bootstrap(
+        (np.arange(len(groups)),), pooled_mean, confidence_level=expanded_level(len(groups), confidence), vectorized=True, batch=256,
+        n_resamples=BOOTSTRAP_RESAMPLES if small else LARGE_RESAMPLES, method="BCa" if small else "percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )  # fmt: skip
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if math.isnan(low) or math.isnan(high):  # BCa's correction is undefined on some lopsided samples
+        low, high = (float(value) for value in np.percentile(result.bootstrap_distribution, [50 * (1 - confidence), 50 * (1 + confidence)]))
+    return low, high
+
+
+def expanded_level(rows: int, confidence: float = CONFIDENCE) -> float:
+    """The level a bootstrap over ``rows`` rows is taken at for ``confidence`` (Hesterberg's expansion): the
+    normal quantile grows by ``sqrt(rows/(rows−1))`` and from the normal's to Student's t at ``rows − 1``."""
+    quantile = math.sqrt(rows / (rows - 1)) * float(stats.t.ppf(0.5 + confidence / 2, rows - 1))
+    return 1 - 2 * float(stats.norm.cdf(-quantile))
+
+
+def _cr1_variance(groups: Sequence[Sequence[float]], mean: float) -> float:
+    """The cluster-robust (CR1) variance of the mean over ``groups`` (at least two)."""
+    g, n = len(groups), sum(len(group) for group in groups)
+    return g / (g - 1) * math.fsum(math.fsum(value - mean for value in group) ** 2 for group in groups) / n**2
+
+
+def _effective_size(groups: Sequence[Sequence[float]], mean: float) -> float:
+    """How many independent attempts ``groups`` are worth: ``N`` over the design effect, between 1 and ``N``."""
+    n, g = sum(len(group) for group in groups), len(groups)
+    if n == g:
+        return float(n)
     if g < 2:
-        return Estimate(mean=mean, n=n, clusters=g, method=method)
-    variance = g / (g - 1) * math.fsum(math.fsum(value - mean for value in group) ** 2 for group in groups) / n**2
-    se = math.sqrt(variance)
-    half = t_quantile(0.5 + CONFIDENCE / 2, g - 1) * se
-    return Estimate(mean=mean, n=n, clusters=g, se=se, ci95=(mean - half, mean + half), method=method)
+        return 1.0
+    independent = _cr1_variance([[value] for group in groups for value in group], mean)
+    if independent == 0:  # every attempt agrees: no spread to measure the design effect by, count the rows
+        return float(g)
+    clustered = _cr1_variance(groups, mean)
+    if clustered == 0:  # every row's mean is the overall mean: worth as much as N draws, no more
+        return float(n)
+    return min(float(n), max(1.0, n * independent / clustered))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -74,51 +182,3 @@ def pass_at_k_curve(problems: Sequence[tuple[int, int]], max_k: int | None = Non
     if max_k is not None:
         top = min(top, max_k)
     return {k: math.fsum(pass_at_k(n, c, k) for n, c in problems) / len(problems) for k in range(1, top + 1)}
-
-
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile: the ``t`` with ``P(T <= t) = p`` at ``df`` degrees of freedom (0.5 < p < 1)."""
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1 (p={p}, df={df})")
-    low, high = 0.0, 1.0
-    while _t_cdf(high, df) < p:
-        high *= 2
-    for _ in range(200):  # bisection: the CDF is monotone, and 200 halvings reach float precision
-        middle = (low + high) / 2
-        if _t_cdf(middle, df) < p:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-12 * max(1.0, high):
-            break
-    return (low + high) / 2
-
-
-def _t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for t >= 0: ``1 − I_x(df/2, 1/2) / 2`` with ``x = df / (df + t²)``."""
-    return 1.0 - 0.5 * _regularized_beta(df / (df + t * t), df / 2, 0.5)
-
-
-def _regularized_beta(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz's method)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):  # the fraction converges fast only below this point: use the symmetry
-        return 1.0 - _regularized_beta(1 - x, b, a)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return front * result / a

@@ -20,7 +20,7 @@ def interval(estimate: Estimate | None) -> str:
     if estimate is None:
         return "nothing scored"
     if estimate.ci95 is None:
-        return "one row: no interval"
+        return estimate.method
     low, high = estimate.ci95
     return f"95% CI {figure(low)} to {figure(high)}"
 
@@ -90,11 +90,13 @@ def comparison_markdown(comparison: Comparison, title: str = "What changed") -> 
         f"Overall: {difference_text(comparison.difference)} over {comparison.paired_rows} rows scored in both runs"
         + (f"; {comparison.only_in_baseline} rows only in the baseline" if comparison.only_in_baseline else "")
         + (f"; {comparison.only_in_candidate} rows only in this run" if comparison.only_in_candidate else "") + ".",
-        "", "| task | rows | before | after | difference | 95% CI |", "|---|---|---|---|---|---|",
+        "", "| task | rows | before | after | difference | 95% CI | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for task, d in comparison.per_task.items():
         ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        lines.append(f"| {task} | {d.rows} | {figure(d.baseline_mean)} | {figure(d.candidate_mean)} | {signed(d.difference.mean) if d.difference else '-'} | {ci} |")
+        p = "-" if d.p_adjusted is None else f"{d.p_adjusted:.2g}"
+        moved = signed(d.difference.mean) if d.difference else "-"
+        lines.append(f"| {task} | {d.rows} | {figure(d.baseline_mean)} | {figure(d.candidate_mean)} | {moved} | {ci} | {p} | {d.verdict} |")
     if comparison.changed:
         lines += ["", f"Rows that changed outcome ({len(comparison.changed)}):", "", "| row | task | before | after |", "|---|---|---|---|"]
         for change in comparison.changed[:CHANGES_LISTED]:
@@ -105,12 +107,12 @@ def comparison_markdown(comparison: Comparison, title: str = "What changed") -> 
 
 
 def difference_text(difference: TaskDifference) -> str:
-    """``−0.143 (95% CI −0.4 to +0.11)``."""
+    """``−0.143 (95% CI −0.4 to +0.11; p=0.3, could be chance: no clear change)``."""
     if difference.difference is None:
         return "nothing to compare"
     estimate = difference.difference
-    ci = "one row: no interval" if estimate.ci95 is None else f"95% CI {signed(estimate.ci95[0])} to {signed(estimate.ci95[1])}"
-    return f"{signed(estimate.mean)} ({ci})"
+    ci = estimate.method if estimate.ci95 is None else f"95% CI {signed(estimate.ci95[0])} to {signed(estimate.ci95[1])}"
+    return f"{signed(estimate.mean)} ({ci}; {difference.test} {difference.sureness()}: {difference.verdict})"
 
 
 def outcome_text(outcome) -> str:

@@ -43,7 +43,7 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     # What the README promises --watch shows: the headline among the run's lines, and the counts at its end.
     shown = " ".join(run.stdout.split())  # as printed, wrapped to the console's width
-    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 (95% CI 0.508 to 1.21) — results at" in shown, run.stdout[-3000:]
+    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 (95% CI 0.487 to 0.974) — results at" in shown, run.stdout[-3000:]
     assert shown.endswith("Flow run finished successfully in '6/7 rewarded, mean 0.857'."), run.stdout[-500:]
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)
@@ -128,7 +128,7 @@ def test_a_deployment_sweep_says_what_changed_since_the_deployments_previous_swe
     comparison = summary["comparison"]
     assert comparison["baseline"] == f"file://{first}" and comparison["per_task"]["flips"]["difference"]["mean"] == -1.0
     started = json.loads((first / "manifest.json").read_text())["started_at"][:10]
-    phrase = f"1 task worse than the run of {started}: flips −1"
+    phrase = f"1 task lower than the run of {started}: flips −1 (p=1, could be chance)"
     flow_run_id = json.loads((second / "manifest.json").read_text())["flow_run_id"]
     assert phrase in httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state"]["message"]
     artifacts = api("post", f"{ui_server}/api/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "key": {"any_": ["evaluation-sweep-report"]}}}).json()
