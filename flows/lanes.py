@@ -234,9 +234,10 @@ class Lanes:
 
 
 def internal_error(unit: RowAttempt, error: Exception, config: BackendSpec) -> RowResult:
-    """The result row of an attempt the sweep itself failed (a bug, or Prefect unable to run its task run)."""
+    """The result row of an attempt the sweep itself failed (a bug, or Prefect unable to run its task run):
+    Harbor's ``harbor_failed``, so the scoring contract leaves it out of the mean rather than blame the agent."""
     return base_result(unit.row, unit.index, config, unit.attempt).model_copy(
-        update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}"}
+        update={"err_category": "agent_error", "err_message": f"internal error: {type(error).__name__}: {error}", "failure_cause": "harbor_failed"}
     )
 
 

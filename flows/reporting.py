@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from prefect.artifacts import (
+    TableArtifact,
     acreate_link_artifact,
     acreate_markdown_artifact,
     acreate_progress_artifact,
@@ -17,6 +18,7 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.runtime import flow_run
 
 from prefect_harbor.blocks.backend import HarborBackend
@@ -123,8 +125,7 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
     lines = [
         f"# Sweep {summary.run_id}",
         "",
-        f"{summary.rows} rows: {summary.success} success, {summary.failure} failure, {summary.cancelled} cancelled; "
-        + (f"mean reward {figure(summary.mean_reward)}." if summary.mean_reward is not None else "no row was scored, so there is no mean reward."),
+        f"{summary.counted()}; {summary.mean_phrase(no_mean='no row was scored, so there is no mean reward')}.",
         "",
         f"Results: `{summary.results_uri}`",
     ]
@@ -141,10 +142,14 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
         lines.append("None.")
     for category, count in sorted(tally.failure_counts.items()):
         rows = tally.failures[category]
-        lines += [f"### {category} ({count})", "", "| row | task | phase | message |", "|---|---|---|---|"]
-        lines += [f"| {r.row_id} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
+        if summary.attempts > 1:  # a row fails once per attempt: say which
+            lines += [f"### {category} ({count})", "", "| row | attempt | task | phase | message |", "|---|---|---|---|---|"]
+            lines += [f"| {r.row_id} | {r.attempt} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
+        else:
+            lines += [f"### {category} ({count})", "", "| row | task | phase | message |", "|---|---|---|---|"]
+            lines += [f"| {r.row_id} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
         if count > len(rows):
-            lines.append(f"| … | {count - len(rows)} more in the results table | | |")
+            lines.append(f"| … | {count - len(rows)} more in the results table | {'| ' * (summary.attempts > 1)}| |")
         lines.append("")
     if superseded:
         listed = ", ".join(superseded[:SUPERSEDED_LISTED]) + (f" and {len(superseded) - SUPERSEDED_LISTED} more" if len(superseded) > SUPERSEDED_LISTED else "")
@@ -164,16 +169,26 @@ ROWS_TABLE_SECONDS = 30.0
 ROWS_TABLE_ROWS = 100
 
 
+async def aupdate_table_artifact(artifact_id: UUID, table: list[dict], description: str) -> None:
+    """Replace a table artifact's rows and description in place (Prefect updates its key's latest too),
+    the rows stored as ``acreate_table_artifact`` stores them."""
+    data = await TableArtifact(table=table).aformat()
+    async with get_client() as client:
+        await client.update_artifact(artifact_id, ArtifactUpdate(data=data, description=description))
+
+
 class RowsTable:
     """The ``evaluation-sweep-rows`` artifact (row, task, status, reward, category, message, archive),
-    published while the sweep runs, as a new version of the same key: after the first row to
-    finish, then every :data:`ROWS_TABLE_ROWS` rows or :data:`ROWS_TABLE_SECONDS` seconds, and at
-    the end. It lists the first ``tally.rows_kept`` rows to finish; every row is in the results."""
+    published while the sweep runs and updated in place, so the run shows one table, not a card
+    per version: after the first row to finish, then every :data:`ROWS_TABLE_ROWS` rows or
+    :data:`ROWS_TABLE_SECONDS` seconds, and at the end. It lists the first ``tally.rows_kept``
+    rows to finish; every row is in the results."""
 
     def __init__(self, tally: RunTally, total: int, interval: float = ROWS_TABLE_SECONDS, every: int = ROWS_TABLE_ROWS, key: str = ROWS_KEY):
         self.tally, self.total, self.interval, self.every, self.key = tally, total, interval, every, key
         self.shown_rows = 0
         self.shown_at: float | None = None
+        self.artifact_id: UUID | None = None
         # Made in the flow run: published from a row's task run, the artifact would be filed under that task run.
         self._flow_context = contextvars.copy_context()
 
@@ -187,11 +202,16 @@ class RowsTable:
             await self.publish(f"Row by row, as they finish: {self.tally.rows} of {self.total} so far.")
 
     async def publish(self, description: str) -> None:
-        """A new version of the table, filed under the flow run (whichever row's task run finished last)."""
+        """The table as it stands: made the first time, filed under the flow run (whichever row's task run
+        finished last), then updated in place."""
         rows = sorted(self.tally.first_rows, key=lambda row: row["index"])
         self.shown_rows, self.shown_at = len(rows), time.monotonic()
         table = visible_values([{key: value for key, value in row.items() if key != "index"} for row in rows])
-        await asyncio.create_task(acreate_table_artifact(key=self.key, table=table, description=description), context=self._flow_context.copy())
+        if self.artifact_id is None:
+            made = acreate_table_artifact(key=self.key, table=table, description=description)
+            self.artifact_id = await asyncio.create_task(made, context=self._flow_context.copy())
+        else:
+            await aupdate_table_artifact(self.artifact_id, table, description)
 
     async def finish(self, summary: SweepSummary) -> None:
         listed = len(self.tally.first_rows)
@@ -203,15 +223,18 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
     await acreate_table_artifact(
         key=SUMMARY_KEY,
         table=visible_values([
-            {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure,
-             "cancelled": summary.cancelled, "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
+            {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure, "cancelled": summary.cancelled,
+             "agent_failures": summary.agent_failures, "not_scored": sum(summary.not_scored.values()),
+             "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
             *[
-                {"task": task, "rows": score.rows, "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)}
+                {"task": task, "rows": score.rows, "success": score.success, "failure": score.failure, "cancelled": score.cancelled,
+                 "agent_failures": score.agent_failures, "not_scored": score.not_scored,
+                 "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)}
                 for task, score in summary.per_task.items()
             ],
         ]),  # fmt: skip
-        description=f"Sweep {summary.run_id}: rows per status and mean reward (95% interval, pass@k, tokens, cost; 3 significant digits, summary.json has them in "
-            f"full), overall and per task.",
+        description=f"Sweep {summary.run_id}: rows per status and mean reward (agent failures count as 0, not-scored attempts are left out; 95% interval, pass@k, "
+            f"tokens, cost; 3 significant digits, summary.json has them in full), overall and per task.",
     )
     await acreate_markdown_artifact(
         key=REPORT_KEY, markdown=report_markdown(summary, tally, superseded), description="How sure, what changed, what it cost; failures and slowest rows"

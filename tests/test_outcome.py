@@ -51,8 +51,27 @@ def test_the_sweeps_counts_name_its_final_state():
     for result in [row(0, reward=1.0), row(1, reward=0.0), row(2, reward=1.0), row(3, status="failure", reward=None, err_category="timeout")]:
         tally.add(result)
     summary = tally.summary("run", "file:///r/results.parquet")
-    assert summary.counts().name() == "2/4 rewarded, 1 failed, mean 0.667"
-    assert summary.headline().startswith("4 rows: 3 success, 1 failure, 0 cancelled; mean reward 0.667 — results at")
+    # The agent's timeout counts as 0 (the scoring contract), and the headline says so.
+    assert summary.counts().name() == "2/4 rewarded, 1 failed, mean 0.5"
+    assert summary.headline().startswith("4 rows: 3 success, 1 failure, 0 cancelled; mean reward 0.5 over 4 rows, 1 agent failure counted as 0 — results at")
+
+
+def test_a_mean_says_which_attempts_it_counts_and_what_it_left_out():
+    """The issue's run: 6 attempts, 2 rewarded of 3 scored, 2 agent failures (as 0), 1 sandbox failure (left out)."""
+    tally = RunTally()
+    attempts = [
+        row(0, reward=1.0), row(1, reward=1.0), row(2, reward=0.0),
+        row(3, status="failure", reward=None, err_category="agent_error", failure_cause="unclassified", err_phase="agent"),
+        row(4, status="failure", reward=None, err_category="timeout", failure_cause="agent_exhausted_budget", err_phase="agent"),
+        row(5, status="failure", reward=None, err_category="timeout", failure_cause="sandbox_failed", err_phase="environment_setup"),
+    ]  # fmt: skip
+    for result in attempts:
+        tally.add(result)
+    summary = tally.summary("run", "file:///r/results.parquet")
+    assert (summary.mean_reward, summary.scored, summary.agent_failures, summary.not_scored) == (0.4, 3, 2, {"sandbox": 1})
+    assert summary.headline().startswith(
+        "6 rows: 3 success, 3 failure, 0 cancelled; mean reward 0.4 over 5 rows, 2 agent failures counted as 0; 1 not scored (sandbox 1) — results at"
+    )
 
 
 def test_figures_are_rounded_for_people_and_kept_whole_in_the_row():

@@ -81,7 +81,8 @@ def test_the_tally_keeps_the_report_examples_without_keeping_every_row():
         tally.add(row(index, status="failure" if failed else "success", reward=None if failed else 1.0, total_sec=index % 7,
                       err_category="agent_error" if failed else None, err_message=f"boom {index}" if failed else None))  # fmt: skip
     summary = tally.summary("run1", "uri")
-    assert (summary.rows, summary.success, summary.failure, summary.mean_reward) == (1000, 500, 500, 1.0)
+    # The agent's own errors count as 0 (the scoring contract).
+    assert (summary.rows, summary.success, summary.failure, summary.mean_reward, summary.agent_failures) == (1000, 500, 500, 0.5, 500)
     assert [r.row_id for r in tally.failures["agent_error"]] == ["r1", "r3"]
     assert [(r.total_sec, r.row_id) for r in tally.slowest()] == [(6.0, "r6"), (6.0, "r13")]
     report = report_markdown(summary, tally)
@@ -110,6 +111,25 @@ def test_a_report_with_no_scored_row_says_so_in_words():
     assert "no row was scored, so there is no mean reward." in report and "mean reward -" not in report
 
 
+def test_a_report_of_several_attempts_counts_trials_and_names_each_failures_attempt():
+    from prefect_harbor.flows.reporting import report_markdown
+
+    tally = RunTally()
+    for attempt in (1, 2):
+        tally.add(RowResult(row_index=0, row_id="q0", attempt=attempt, task="t", status="failure", err_category="agent_error", err_message=f"boom {attempt}"))
+    tally.add(RowResult(row_index=1, row_id="q1", attempt=1, task="u", status="success", reward=1.0))
+    tally.add(RowResult(row_index=1, row_id="q1", attempt=2, task="u", status="cancelled"))
+    summary = tally.summary("r", "file:///results.parquet", attempts=2)
+    report = report_markdown(summary, tally)
+    assert report.splitlines()[2].startswith("4 trials (2 rows × 2 attempts): 1 success, 2 failure, 1 cancelled;"), report
+    assert "| row | attempt | task | phase | message |" in report
+    assert "| q0 | 1 | t | - | boom 1 |" in report and "| q0 | 2 | t | - | boom 2 |" in report
+    # The summary artifact's per-task columns are filled, as the overall row's are.
+    score = lambda task: summary.per_task[task].model_dump()  # noqa: E731
+    assert score("t") == {"rows": 2, "mean_reward": 0.0, "success": 0, "failure": 2, "cancelled": 0, "agent_failures": 2, "not_scored": 0}
+    assert score("u") == {"rows": 2, "mean_reward": 1.0, "success": 1, "failure": 0, "cancelled": 1, "agent_failures": 0, "not_scored": 0}
+
+
 async def test_the_progress_ends_at_the_final_count_after_a_cancel(monkeypatch):
     from prefect_harbor.flows import reporting
 
@@ -126,27 +146,34 @@ async def test_the_progress_ends_at_the_final_count_after_a_cancel(monkeypatch):
     assert shown == [16.7, 100.0]
 
 
-async def test_the_row_table_is_published_while_the_sweep_runs(monkeypatch):
-    """After the first row, then every ``every`` rows (or ``interval`` seconds), then at the end: one key, new versions."""
+async def test_the_row_table_is_published_while_the_sweep_runs_and_updated_in_place(monkeypatch):
+    """After the first row, then every ``every`` rows (or ``interval`` seconds), then at the end: one artifact,
+    made once and updated (not a card per version, the first still saying "1 of 5 so far")."""
     from prefect_harbor.flows import reporting
 
-    published: list[tuple[str, list[str]]] = []
+    published: list[tuple[str, list[str], str]] = []
 
     async def create(key, table, description):
-        published.append((key, [r["row"] for r in table]))
+        published.append((f"create {key}", [r["row"] for r in table], description))
+        return "artifact-id"
+
+    async def update(artifact_id, table, description):
+        published.append((f"update {artifact_id}", [r["row"] for r in table], description))
 
     monkeypatch.setattr(reporting, "acreate_table_artifact", create)
+    monkeypatch.setattr(reporting, "aupdate_table_artifact", update)
     tally = RunTally()
     table = reporting.RowsTable(tally, total=5, interval=3600, every=3)
     for index in range(5):
         tally.add(row(index, artifact_uri=f"file:///r/archives/r{index}"))
         await table.advance()
     await table.finish(tally.summary("run", "file:///r/results.parquet"))
-    assert published == [
-        ("evaluation-sweep-rows", ["r0"]),
-        ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3"]),
-        ("evaluation-sweep-rows", ["r0", "r1", "r2", "r3", "r4"]),
+    assert [(what, rows) for what, rows, _ in published] == [
+        ("create evaluation-sweep-rows", ["r0"]),
+        ("update artifact-id", ["r0", "r1", "r2", "r3"]),
+        ("update artifact-id", ["r0", "r1", "r2", "r3", "r4"]),
     ]
+    assert published[0][2].endswith("1 of 5 so far.") and published[-1][2].startswith("Row by row: the first 5 of 5 rows")
 
 
 def test_the_results_schema_derived_from_the_model_is_the_documented_one():

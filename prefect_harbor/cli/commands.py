@@ -32,7 +32,7 @@ from prefect_harbor.cli.compare import compare
 from prefect_harbor.cli.console import VisibleConsole
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
-from prefect_harbor.stats.render import headline_figures, tokens_text
+from prefect_harbor.stats.render import tokens_text
 from prefect_harbor.storage.results import SweepSummary
 from prefect_harbor.text import visible_logs
 
@@ -362,7 +362,7 @@ def print_summary(summary: SweepSummary) -> None:
             table.add_row(task, str(score.rows), "-" if score.mean_reward is None else f"{score.mean_reward:.3f}")
         console.print(table)
     rows = f"{summary.rows} rows" if summary.attempts == 1 else f"{summary.rows} trials"
-    mean = "no row was scored" if summary.mean_reward is None else f"mean reward {summary.mean_reward:.3f}{headline_figures(summary.statistics)}"
+    mean = summary.mean_phrase()
     console.print(
         f"{rows}: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
         f"{summary.cancelled} cancelled; {mean}", highlight=False, soft_wrap=True,

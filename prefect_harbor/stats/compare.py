@@ -1,7 +1,7 @@
 """Two runs of the same rows compared: what changed, overall and per task, and how sure we are.
 
-Rows are paired by id. A row's figure in a run is its mean reward over its scored attempts
-(as the run's own mean counts them); the difference is ``candidate − baseline`` for every row
+Rows are paired by id. A row's figure in a run is its mean reward as the run's own mean counts
+its attempts (the scoring contract: scored attempts, agent failures as 0); the difference is ``candidate − baseline`` for every row
 scored in both, with a bootstrap interval over those rows (each row one observation: its attempts
 are already averaged), which stays between the smallest and largest row difference.
 
@@ -28,6 +28,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 from scipy import stats
 
+from prefect_harbor.scoring import counted_value
 from prefect_harbor.stats.estimators import BOOTSTRAP_SEED, Estimate, mean_difference
 from prefect_harbor.stats.summary import COLUMNS, NO_TASK
 
@@ -226,8 +227,9 @@ def _rows(records: Iterable[Mapping[str, Any]]) -> dict[str, RowOutcome]:
         ended[row_id][record["status"]] += 1
         if record.get("task"):
             tasks[row_id] = str(record["task"])
-        if record.get("reward") is not None and record["status"] != "cancelled":
-            rewards[row_id].append(float(record["reward"]))
+        value = counted_value(record)
+        if value is not None:
+            rewards[row_id].append(value)
     return {
         row_id: RowOutcome(
             task=tasks.get(row_id, NO_TASK), mean=math.fsum(rewards[row_id]) / len(rewards[row_id]) if rewards[row_id] else None,

@@ -3,8 +3,8 @@
 Computed from the results rows (one per row and attempt), so the same figures come out of a
 running sweep's end, ``summary.json``, ``prefect-harbor compare`` and any old run folder:
 
-- the mean reward over the attempts that have one (as the sweep always reported it; failed
-  attempts are counted, not scored), with its 95% interval clustered by row;
+- the mean reward under the scoring contract (``prefect_harbor/scoring.py``: scored attempts,
+  agent failures as 0, the rest not scored and counted by cause), with its 95% interval;
 - pass@k for k = 1 … attempts, a row being one problem: Harbor's rule, where an attempt that
   finished without a reward counts as not passed and rewards must be 0 or 1; cancelled
   attempts did not finish and count for neither;
@@ -15,7 +15,7 @@ running sweep's end, ``summary.json``, ``prefect-harbor compare`` and any old ru
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +23,14 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
+from prefect_harbor.scoring import scoring_of
 from prefect_harbor.stats.estimators import Estimate, clustered_mean, pass_at_k_curve
 
 #: The results columns the statistics read (``attempt`` and ``verifier_tampering`` may be absent: older runs).
-COLUMNS = ("row_id", "attempt", "task", "status", "reward", "input_tokens", "cached_tokens", "output_tokens", "cost_usd", "verifier_tampering")
+COLUMNS = (
+    "row_id", "attempt", "task", "status", "reward", "err_category", "err_phase", "err_message", "failure_cause",
+    "input_tokens", "cached_tokens", "output_tokens", "cost_usd", "verifier_tampering",
+)  # fmt: skip
 #: Counted as a pass by pass@k: Harbor's binary reward.
 PASS = 1.0
 NO_TASK = "(none)"
@@ -53,7 +57,9 @@ class Figures(BaseModel):
     rows: int = Field(description="Dataset rows.")
     trials: int = Field(description="Result rows: one per row and attempt.")
     scored: int = Field(description="Attempts with a reward.")
-    reward: Estimate | None = Field(description="Mean reward over scored attempts, with its 95% interval (clustered by row).")
+    agent_failures: int = Field(default=0, description="Attempts the agent failed before a reward: counted as 0 in the mean.")
+    not_scored: dict[str, int] = Field(default_factory=dict, description="Attempts that measured nothing of the agent, by cause: left out of the mean.")
+    reward: Estimate | None = Field(description="Mean reward over scored attempts and agent failures (as 0), with its 95% interval.")
     pass_at_k: dict[int, float] = Field(default_factory=dict, description="pass@k, k = 1 … attempts; empty when rewards are not all 0 or 1.")
     tokens: Tokens = Field(default_factory=Tokens)
 
@@ -73,7 +79,11 @@ class _Row:
 
     task: str = NO_TASK
     trials: int = 0
-    rewards: list[float] = field(default_factory=list)
+    #: What the mean counts of each attempt: its reward, or 0 for an agent failure.
+    counted: list[float] = field(default_factory=list)
+    scored: int = 0
+    agent_failures: int = 0
+    not_scored: Counter[str] = field(default_factory=Counter)
     finished: int = 0
     passes: int = 0
     non_binary: float | None = None
@@ -87,10 +97,17 @@ class _Row:
         if record["status"] == "cancelled":
             return
         self.finished += 1
+        scoring, cause = scoring_of(record)
+        if scoring == "agent_failure":
+            self.agent_failures += 1
+            self.counted.append(0.0)
+        elif scoring == "not_scored":
+            self.not_scored[cause or "unknown"] += 1
         reward = record.get("reward")
         if reward is None:
             return
-        self.rewards.append(float(reward))
+        self.scored += 1
+        self.counted.append(float(reward))
         self.passes += reward == PASS
         if reward not in (0.0, PASS) and self.non_binary is None:
             self.non_binary = float(reward)
@@ -108,9 +125,13 @@ def figures_of(rows: list[_Row], max_k: int) -> tuple[Figures, str | None]:
     tokens = Tokens()
     for row in rows:
         tokens.add(row.tokens.model_dump())
+    not_scored: Counter[str] = Counter()
+    for row in rows:
+        not_scored.update(row.not_scored)
     figures = Figures(
-        rows=len(rows), trials=sum(row.trials for row in rows), scored=sum(len(row.rewards) for row in rows),
-        reward=clustered_mean([row.rewards for row in rows]), pass_at_k=curve, tokens=tokens,
+        rows=len(rows), trials=sum(row.trials for row in rows), scored=sum(row.scored for row in rows),
+        agent_failures=sum(row.agent_failures for row in rows), not_scored=dict(sorted(not_scored.items())),
+        reward=clustered_mean([row.counted for row in rows]), pass_at_k=curve, tokens=tokens,
     )  # fmt: skip
     return figures, note
 

@@ -26,6 +26,7 @@ from harbor.models.job.config import DatasetConfig, JobConfig
 from harbor.models.job.result import AgentDatasetStats, JobResult, JobStats
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig
 
+from prefect_harbor.scoring import counted_value
 from prefect_harbor.stats.summary import summarize
 from prefect_harbor.storage.manifest import RunManifest, now
 
@@ -38,7 +39,7 @@ JOB_RESULT = "result.json"
 SOURCE = "adhoc"
 #: The results columns the job result reads.
 COLUMNS = ("row_id", "attempt", "agent", "model", "status", "reward", "rewards", "trial_name", "exception_type", "err_category",
-           "input_tokens", "cached_tokens", "output_tokens", "cost_usd")  # fmt: skip
+           "err_phase", "err_message", "failure_cause", "input_tokens", "cached_tokens", "output_tokens", "cost_usd")  # fmt: skip
 
 
 def job_config(config: BackendSpec, run_id: str, root: str, model: str | None) -> JobConfig:
@@ -88,7 +89,8 @@ def _eval_stats(records: list[dict[str, Any]], attempts: int) -> AgentDatasetSta
     for record in records:
         name = record.get("trial_name") or f"{record['row_id']} #{record.get('attempt') or 1}"
         verified = dict(record.get("rewards") or [])
-        rewards.append(verified or None)
+        if counted_value(record) is not None:  # Harbor's Mean counts None as 0: give it what the contract counts
+            rewards.append(verified or None)
         if verified:
             stats.n_trials += 1
             for key, value in verified.items():

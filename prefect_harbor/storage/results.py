@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefect_harbor.bounds import bounded
 from prefect_harbor.outcome import Counts, figure, table_row
+from prefect_harbor.scoring import scoring_of
 from prefect_harbor.stats.compare import Comparison
 from prefect_harbor.stats.render import headline_figures
 from prefect_harbor.stats.summary import RunStatistics
@@ -133,7 +134,12 @@ def to_table(results: list[RowResult]) -> pa.Table:
 
 class TaskScore(BaseModel):
     rows: int
-    mean_reward: float | None
+    mean_reward: float | None = Field(description="Mean reward under the scoring contract: scored attempts, agent failures as 0.")
+    success: int = 0
+    failure: int = 0
+    cancelled: int = 0
+    agent_failures: int = 0
+    not_scored: int = 0
 
 
 class SweepSummary(BaseModel):
@@ -145,7 +151,10 @@ class SweepSummary(BaseModel):
     success: int
     failure: int
     cancelled: int
-    mean_reward: float | None = Field(description="Mean 'reward' over rows that have one.")
+    mean_reward: float | None = Field(description="Mean reward under the scoring contract (prefect_harbor/scoring.py): scored attempts, agent failures as 0.")
+    scored: int = Field(default=0, description="Attempts with a reward.")
+    agent_failures: int = Field(default=0, description="Attempts the agent failed before a reward: counted as 0 in the mean.")
+    not_scored: dict[str, int] = Field(default_factory=dict, description="Attempts that measured nothing of the agent, by cause: left out of the mean.")
     rewarded: int = Field(default=0, description="Rows scored above zero.")
     per_task: dict[str, TaskScore]
     verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
@@ -155,12 +164,28 @@ class SweepSummary(BaseModel):
     statistics: RunStatistics | None = Field(default=None, description="Intervals, pass@k, tokens and cost, overall and per task (summary.json).")
     comparison: Comparison | None = Field(default=None, description="Against the previous completed sweep of the same deployment and dataset.")
 
-    def headline(self) -> str:
-        """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
+    def counted(self) -> str:
+        """``9 trials (3 rows × 3 attempts): 9 success, 0 failure, 0 cancelled`` (``7 rows: …`` with one attempt)."""
         dataset_rows = self.statistics.rows if self.statistics is not None else self.rows // self.attempts
         rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.rows} trials ({dataset_rows} rows × {self.attempts} attempts)"
-        counts = f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
-        mean = "no row was scored" if self.mean_reward is None else f"mean reward {figure(self.mean_reward)}{headline_figures(self.statistics)}"
+        return f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
+
+    def mean_phrase(self, no_mean: str = "no row was scored") -> str:
+        """``mean reward 0.333 over 6 trials, 2 agent failures counted as 0 (95% CI …); 1 not scored (sandbox 1)``:
+        the mean and which attempts it counts, as the scoring contract says."""
+        not_scored = sum(self.not_scored.values())
+        left_out = f"; {not_scored} not scored ({', '.join(f'{cause} {n}' for cause, n in sorted(self.not_scored.items()))})" if not_scored else ""
+        if self.mean_reward is None:
+            return f"{no_mean}{left_out}"
+        unit = "rows" if self.attempts == 1 else "trials"
+        failures = f", {self.agent_failures} agent failure{'s' if self.agent_failures != 1 else ''} counted as 0" if self.agent_failures else ""
+        counted = self.scored + self.agent_failures
+        return f"mean reward {figure(self.mean_reward)} over {counted} {unit}{failures}{headline_figures(self.statistics)}{left_out}"
+
+    def headline(self) -> str:
+        """The sweep in one line: the flow run's state message, its last log line, the CLI's summary."""
+        counts = self.counted()
+        mean = self.mean_phrase()
         compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
         tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
         return f"{counts}; {mean}{tampering}{compared} — results at {self.results_uri}"
@@ -171,20 +196,31 @@ class SweepSummary(BaseModel):
 
 
 class _Mean:
-    __slots__ = ("rows", "rewarded", "total")
+    """A running mean under the scoring contract, with the counts that say what it counts."""
+
+    __slots__ = ("rows", "scored", "agent_failures", "total", "statuses", "not_scored")
 
     def __init__(self) -> None:
-        self.rows, self.rewarded, self.total = 0, 0, 0.0
+        self.rows, self.scored, self.agent_failures, self.total = 0, 0, 0, 0.0
+        self.statuses: Counter[str] = Counter()
+        self.not_scored: Counter[str] = Counter()
 
-    def add(self, reward: float | None) -> None:
+    def add(self, result: RowResult) -> None:
         self.rows += 1
-        if reward is not None and math.isfinite(reward):
-            self.rewarded += 1
-            self.total += reward
+        self.statuses[result.status] += 1
+        scoring, cause = scoring_of(vars(result))
+        if scoring == "scored" and result.reward is not None and math.isfinite(result.reward):
+            self.scored += 1
+            self.total += result.reward
+        elif scoring == "agent_failure":
+            self.agent_failures += 1
+        elif scoring == "not_scored":
+            self.not_scored[cause or "unknown"] += 1
 
     @property
     def mean(self) -> float | None:
-        return self.total / self.rewarded if self.rewarded else None
+        counted = self.scored + self.agent_failures
+        return self.total / counted if counted else None
 
 
 class RunTally:
@@ -222,8 +258,8 @@ class RunTally:
         self.rewarded += int(result.reward is not None and result.reward > 0)
         if len(self.first_rows) < self.rows_kept:
             self.first_rows.append(table_row(result) | {"index": result.row_index})
-        self.overall.add(result.reward)
-        self.per_task[result.task or "(none)"].add(result.reward)
+        self.overall.add(result)
+        self.per_task[result.task or "(none)"].add(result)
         if result.status == "failure":
             category = result.err_category or "unknown"
             self.failure_counts[category] += 1
@@ -249,8 +285,17 @@ class RunTally:
             failure=self.statuses["failure"],
             cancelled=self.statuses["cancelled"],
             mean_reward=self.overall.mean,
+            scored=self.overall.scored,
+            agent_failures=self.overall.agent_failures,
+            not_scored=dict(sorted(self.overall.not_scored.items())),
             verifier_tampering=self.tampered,
             rewarded=self.rewarded,
-            per_task={task: TaskScore(rows=mean.rows, mean_reward=mean.mean) for task, mean in sorted(self.per_task.items())},
+            per_task={
+                task: TaskScore(
+                    rows=mean.rows, mean_reward=mean.mean, success=mean.statuses["success"], failure=mean.statuses["failure"], cancelled=mean.statuses["cancelled"],
+                    agent_failures=mean.agent_failures, not_scored=mean.not_scored.total(),
+                )  # fmt: skip
+                for task, mean in sorted(self.per_task.items())
+            },
             **extra,
         )

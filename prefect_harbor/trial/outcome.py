@@ -17,6 +17,7 @@ from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
 
 from prefect_harbor.agents.harness import sample_messages
 from prefect_harbor.bounds import REWARD_FILE_BYTES
+from prefect_harbor.scoring import NO_SAMPLE
 from prefect_harbor.secrets import Redactor
 from prefect_harbor.storage.results import ErrorCategory, RowResult
 from prefect_harbor.trial import reward_key
@@ -51,7 +52,7 @@ def workflow_outcome(row: RowResult, container_result: dict | None, verifier_out
         return row.model_copy(update={"err_category": "validation_error", "err_phase": "grading", "err_message": f"{NO_REWARD_AFTER_GRADING} (the grader never "
             f"called ctx.set_reward)"})
     if messages is None and row.status == "success":
-        message = "No sample to grade: the workflow returned no messages and registered no sample"
+        message = f"{NO_SAMPLE}: the workflow returned no messages and registered no sample"
         return row.model_copy(update={"status": "failure", "reward": None, "err_category": "validation_error", "err_phase": "grading", "err_message": message})
     return row
 

@@ -59,7 +59,7 @@ async def test_each_attempt_is_a_trial_with_its_own_result_row_archive_and_statu
     for k in (1, 2, 3):
         assert stats.pass_at_k[k] == pytest.approx(sum(pass_at_k(3, c, k) for c in passes.values()) / 3)
     assert stats.reward.clusters == 3 and "clustered by row" in stats.reward.method and stats.reward.ci95 is not None
-    assert summary.headline().startswith(f"9 trials (3 rows × 3 attempts): 9 success, 0 failure, 0 cancelled; mean reward {summary.mean_reward:.3g} (95% CI ")
+    assert summary.headline().startswith(f"9 trials (3 rows × 3 attempts): 9 success, 0 failure, 0 cancelled; mean reward {summary.mean_reward:.3g} over 9 trials (95% CI ")
     assert f"pass@3 {stats.pass_at_k[3]:.3g}" in summary.headline()
     assert json.loads((run / "summary.json").read_text())["statistics"]["pass_at_k"] == {str(k): v for k, v in stats.pass_at_k.items()}
     # The run is a Harbor job: its result counts every attempt.

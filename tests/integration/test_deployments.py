@@ -43,7 +43,7 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     # What the README promises --watch shows: the headline among the run's lines, and the counts at its end.
     shown = " ".join(run.stdout.split())  # as printed, wrapped to the console's width
-    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 (95% CI 0.487 to 0.974) — results at" in shown, run.stdout[-3000:]
+    assert "7 rows: 7 success, 0 failure, 0 cancelled; mean reward 0.857 over 7 rows (95% CI 0.487 to 0.974) — results at" in shown, run.stdout[-3000:]
     assert shown.endswith("Flow run finished successfully in '6/7 rewarded, mean 0.857'."), run.stdout[-500:]
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)

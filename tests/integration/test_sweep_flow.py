@@ -110,8 +110,11 @@ async def test_bad_rows_fail_alone_with_their_reasons(tmp_path):
     assert states["row unknown-task"].message.endswith("; archive " + rows["unknown-task"]["artifact_uri"])
     assert flow_run.state.is_completed() and flow_run.state.message == summary.headline()
     assert flow_run.state.name == "1/6 rewarded, 4 failed, mean 0.5"
-    # Two scored rows (1 and 0): the Wilson interval of 1 in 2, inside [0, 1] (a t interval said -5.85 to 6.85).
-    assert summary.headline().startswith("6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 (95% CI 0.0945 to 0.905) — results at file://")
+    # Two scored rows (1 and 0): the Wilson interval of 1 in 2, inside [0, 1] (a t interval said -5.85 to 6.85). The four
+    # rows that never reached a trial measured nothing of the agent: not scored, and the headline says why.
+    assert summary.headline().startswith(
+        "6 rows: 2 success, 4 failure, 0 cancelled; mean reward 0.5 over 2 rows (95% CI 0.0945 to 0.905); 4 not scored (setup 4) — results at file://"
+    ), summary.headline()
     assert flow_run.name.startswith("oracle-rows-"), flow_run.name
     assert {"agent:oracle", "mode:dataset"} <= set(flow_run.tags)
     table = json.loads(artifacts[ROWS_KEY].data)

@@ -130,8 +130,9 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
     page.goto(f"{ui_server}/runs/flow-run/{flow_run['id']}", wait_until="networkidle")
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("evaluation-sweep-rows").first.wait_for(timeout=30_000)
-    # The tab lists each version the sweep published; the final one is the newest.
-    final, *_ = artifacts_of(ui_server, flow_run["id"], "evaluation-sweep-rows")
+    # One table, updated in place: the artifact the page showed while the sweep ran is the final one.
+    (final,) = artifacts_of(ui_server, flow_run["id"], "evaluation-sweep-rows")
+    assert final["id"] == live["id"] and "so far" not in final["description"], final["description"]
     page.goto(f"{ui_server}/artifacts/artifact/{final['id']}", wait_until="networkidle")
     page.get_by_text("missing-1").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "mixed-run-row-table.png", full_page=True)
