@@ -140,16 +140,14 @@ def report_markdown(summary: SweepSummary, tally: RunTally, superseded: list[str
     lines += ["", "## Failures", ""]
     if not tally.failure_counts:
         lines.append("None.")
+    several = summary.attempts > 1  # a row fails once per attempt: say which
+    columns = ["row", *(["attempt"] * several), "task", "phase", "message"]
     for category, count in sorted(tally.failure_counts.items()):
         rows = tally.failures[category]
-        if summary.attempts > 1:  # a row fails once per attempt: say which
-            lines += [f"### {category} ({count})", "", "| row | attempt | task | phase | message |", "|---|---|---|---|---|"]
-            lines += [f"| {r.row_id} | {r.attempt} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
-        else:
-            lines += [f"### {category} ({count})", "", "| row | task | phase | message |", "|---|---|---|---|"]
-            lines += [f"| {r.row_id} | {r.task or '-'} | {r.err_phase or '-'} | {_cell(r.err_message)} |" for r in rows]
+        lines += [f"### {category} ({count})", "", _table_line(columns), _table_line(["---"] * len(columns))]
+        lines += [_table_line([r.row_id, *([str(r.attempt)] * several), r.task or "-", r.err_phase or "-", _cell(r.err_message)]) for r in rows]
         if count > len(rows):
-            lines.append(f"| … | {count - len(rows)} more in the results table | {'| ' * (summary.attempts > 1)}| |")
+            lines.append(f"| … | {count - len(rows)} more in the results table |" + " |" * (len(columns) - 2))
         lines.append("")
     if superseded:
         listed = ", ".join(superseded[:SUPERSEDED_LISTED]) + (f" and {len(superseded) - SUPERSEDED_LISTED} more" if len(superseded) > SUPERSEDED_LISTED else "")
@@ -249,6 +247,10 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
         )
 
 
+
+
+def _table_line(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def _cell(text: str | None) -> str:

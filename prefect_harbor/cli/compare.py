@@ -18,7 +18,7 @@ from rich.table import Table
 from prefect_harbor.cli.console import VisibleConsole
 from prefect_harbor.outcome import figure
 from prefect_harbor.stats.compare import Comparison, compare_tables, signed
-from prefect_harbor.stats.render import difference_text, outcome_text, tokens_text
+from prefect_harbor.stats.render import difference_cells, difference_text, outcome_text, tokens_text
 from prefect_harbor.stats.summary import RunStatistics
 
 Run = Annotated[str, typer.Argument(help="A run folder, <results root>/<run_id> (a path or an fsspec URL such as s3://bucket/results/<run_id>).")]
@@ -78,9 +78,7 @@ def print_comparison(comparison: Comparison, console: Console, rows_listed: int 
     columns = ("task", "rows", "before", "after", "difference", "95% CI", "p (Holm)", "verdict")
     table = Table(*columns, title="Per task (candidate − baseline)", title_justify="left")
     for task, d in comparison.per_task.items():
-        ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        p = "-" if d.p_adjusted is None else f"{d.p_adjusted:.2g}"
-        table.add_row(escape(task), str(d.rows), figure(d.baseline_mean), figure(d.candidate_mean), signed(d.difference.mean) if d.difference else "-", ci, p, d.verdict)
+        table.add_row(escape(task), *difference_cells(d))
     console.print(table)
     if comparison.changed and rows_listed:
         changed = Table("row", "task", "before", "after", title=f"Rows that changed outcome ({len(comparison.changed)})", title_justify="left")

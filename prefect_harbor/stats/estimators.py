@@ -73,9 +73,10 @@ def clustered_mean(clusters: Sequence[Sequence[float]]) -> Estimate | None:
         return None
     n, g = len(values), len(groups)
     mean = math.fsum(values) / n
-    se = math.sqrt(_cr1_variance(groups, mean)) if g >= 2 else None
+    variance = _cr1_variance(groups, mean) if g >= 2 else None
+    se = math.sqrt(variance) if variance is not None else None
     if all(value in (0.0, 1.0) for value in values):
-        size = _effective_size(groups, mean)
+        size = _effective_size(groups, mean, variance)
         return Estimate(mean=mean, n=n, clusters=g, se=se, ci95=wilson_interval(mean, size), method=WILSON if n == g else WILSON_CLUSTERED)
     return _bootstrapped(groups, mean, se)
 
@@ -147,17 +148,17 @@ def _cr1_variance(groups: Sequence[Sequence[float]], mean: float) -> float:
     return g / (g - 1) * math.fsum(math.fsum(value - mean for value in group) ** 2 for group in groups) / n**2
 
 
-def _effective_size(groups: Sequence[Sequence[float]], mean: float) -> float:
-    """How many independent attempts ``groups`` are worth: ``N`` over the design effect, between 1 and ``N``."""
+def _effective_size(groups: Sequence[Sequence[float]], mean: float, clustered: float | None) -> float:
+    """How many independent attempts ``groups`` are worth: ``N`` over the design effect (``clustered``: their CR1
+    variance, None with one row), between 1 and ``N``."""
     n, g = sum(len(group) for group in groups), len(groups)
     if n == g:
         return float(n)
-    if g < 2:
+    if clustered is None:
         return 1.0
     independent = _cr1_variance([[value] for group in groups for value in group], mean)
     if independent == 0:  # every attempt agrees: no spread to measure the design effect by, count the rows
         return float(g)
-    clustered = _cr1_variance(groups, mean)
     if clustered == 0:  # every row's mean is the overall mean: worth as much as N draws, no more
         return float(n)
     return min(float(n), max(1.0, n * independent / clustered))

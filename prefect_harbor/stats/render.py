@@ -93,10 +93,7 @@ def comparison_markdown(comparison: Comparison, title: str = "What changed") -> 
         "", "| task | rows | before | after | difference | 95% CI | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for task, d in comparison.per_task.items():
-        ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
-        p = "-" if d.p_adjusted is None else f"{d.p_adjusted:.2g}"
-        moved = signed(d.difference.mean) if d.difference else "-"
-        lines.append(f"| {task} | {d.rows} | {figure(d.baseline_mean)} | {figure(d.candidate_mean)} | {moved} | {ci} | {p} | {d.verdict} |")
+        lines.append("| " + " | ".join((task, *difference_cells(d))) + " |")
     if comparison.changed:
         lines += ["", f"Rows that changed outcome ({len(comparison.changed)}):", "", "| row | task | before | after |", "|---|---|---|---|"]
         for change in comparison.changed[:CHANGES_LISTED]:
@@ -104,6 +101,14 @@ def comparison_markdown(comparison: Comparison, title: str = "What changed") -> 
         if len(comparison.changed) > CHANGES_LISTED:
             lines.append(f"| … | {len(comparison.changed) - CHANGES_LISTED} more in summary.json | | |")
     return "\n".join(lines) + "\n"
+
+
+def difference_cells(d: TaskDifference) -> tuple[str, ...]:
+    """A task's row of the comparison table after its name: rows, before, after, difference, 95% CI, p (Holm), verdict."""
+    moved = signed(d.difference.mean) if d.difference else "-"
+    ci = "-" if d.difference is None or d.difference.ci95 is None else f"{signed(d.difference.ci95[0])} to {signed(d.difference.ci95[1])}"
+    p = "-" if d.p_adjusted is None else f"{d.p_adjusted:.2g}"
+    return str(d.rows), figure(d.baseline_mean), figure(d.candidate_mean), moved, ci, p, d.verdict
 
 
 def difference_text(difference: TaskDifference) -> str:

@@ -122,11 +122,9 @@ def figures_of(rows: list[_Row], max_k: int) -> tuple[Figures, str | None]:
     else:
         curve = pass_at_k_curve([(row.finished, row.passes) for row in rows], max_k)
         note = None if curve else "no attempt finished"
-    tokens = Tokens()
+    tokens, not_scored = Tokens(), Counter[str]()
     for row in rows:
         tokens.add(row.tokens.model_dump())
-    not_scored: Counter[str] = Counter()
-    for row in rows:
         not_scored.update(row.not_scored)
     figures = Figures(
         rows=len(rows), trials=sum(row.trials for row in rows), scored=sum(row.scored for row in rows),
