@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 from pydantic import BaseModel, Field
-from scipy import stats
 
 #: The interval's confidence level.
 CONFIDENCE = 0.95
@@ -107,7 +107,7 @@ def _bootstrapped(groups: list[list[float]], mean: float, se: float | None) -> E
 def wilson_interval(proportion: float, size: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The Wilson score interval of ``proportion`` observed over ``size`` trials (``size`` may be fractional:
     an effective size). At whole sizes it equals ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``."""
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     shrink = 1 + z * z / size
     centre = (proportion + z * z / (2 * size)) / shrink
     half = z / shrink * math.sqrt(proportion * (1 - proportion) / size + z * z / (4 * size * size))
@@ -117,6 +117,8 @@ def wilson_interval(proportion: float, size: float, confidence: float = CONFIDEN
 def cluster_bootstrap_interval(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> tuple[float, float]:
     """scipy's bootstrap of the mean of every value, resampling whole rows (``groups``): BCa, or the
     percentile bootstrap above :data:`BCA_MAX_ROWS` rows."""
+    from scipy import stats  # imported where used: ~1 s that every CLI and flow start would otherwise pay
+
     sums = np.array([math.fsum(group) for group in groups])
     sizes = np.array([len(group) for group in groups], dtype=float)
 
@@ -138,6 +140,8 @@ def cluster_bootstrap_interval(groups: Sequence[Sequence[float]], confidence: fl
 def expanded_level(rows: int, confidence: float = CONFIDENCE) -> float:
     """The level a bootstrap over ``rows`` rows is taken at for ``confidence`` (Hesterberg's expansion): the
     normal quantile grows by ``sqrt(rows/(rows−1))`` and from the normal's to Student's t at ``rows − 1``."""
+    from scipy import stats
+
     quantile = math.sqrt(rows / (rows - 1)) * float(stats.t.ppf(0.5 + confidence / 2, rows - 1))
     return 1 - 2 * float(stats.norm.cdf(-quantile))
 
