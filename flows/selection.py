@@ -2,15 +2,17 @@
 
 A sweep reads its dataset twice: once before anything runs (count, fingerprint, ids, the
 tasks to prewarm), then row by row as lanes free up, each row as its ``attempts`` units of
-work (``rows/attempts.py``). ``rerun_failed`` narrows both passes to an earlier run's failed
-and cancelled attempts, their rows under new ids; ``resume`` keeps a run's finished
-attempts, once its dataset and configuration are known to be the same.
+work (``rows/attempts.py``). ``rerun_failed`` narrows both passes to an earlier run's attempts
+that measured nothing (not scored or cancelled, by the scoring contract: ``prefect_harbor/scoring.py``),
+and its agent failures when asked, their rows under new ids; a scored attempt is never run again.
+``resume`` keeps a run's finished attempts, once its dataset and configuration are known to be the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +21,9 @@ from pydantic_core import to_jsonable_python
 
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.rows.attempts import RowAttempt, expand
+from prefect_harbor.rows.attempts import RERUN_ALONE, RowAttempt, expand
 from prefect_harbor.rows.dataset import DatasetInfo, DatasetRow, RowProblem, iter_rows
+from prefect_harbor.scoring import Scoring, scoring_of
 from prefect_harbor.storage.manifest import RunManifest
 from prefect_harbor.storage.reading import DamagedFile
 from prefect_harbor.storage.results import RowResult
@@ -41,23 +44,26 @@ class Selection:
     attempts: int = 1
     #: Original id -> new id, when the run re-runs an earlier run's failures.
     reruns: dict[str, str] | None = None
-    #: New id -> the attempts it re-runs (those that failed or were cancelled), when the run re-runs failures.
+    #: New id -> the attempts it re-runs (not scored or cancelled; agent failures when asked), when the run re-runs failures.
     rerun_attempts: dict[str, list[int]] | None = None
 
     @classmethod
     async def inspect(
         cls, dataset: str, rerun_failed: str | None, storage_options: dict[str, Any] | None, logger: logging.Logger | logging.LoggerAdapter,
-        attempts: int = 1,
+        attempts: int = 1, rerun_agent_failures: bool = False,
     ) -> Selection:  # fmt: skip
         """The first pass over the dataset (the ``inspect-dataset`` task), narrowed to ``rerun_failed``'s rows and attempts."""
+        if rerun_agent_failures and not rerun_failed:
+            raise ConfigurationError(RERUN_ALONE)
         info = await asyncio.to_thread(inspect_dataset, dataset)
         if not rerun_failed:
             return cls(dataset, info, attempts)
         previous = RunStore.open(rerun_failed, storage_options)
-        failed = await asyncio.to_thread(rerun_attempts, previous, info.ids)
+        chosen = await asyncio.to_thread(rerun_choice, previous, rerun_agent_failures)
+        failed = chosen.in_dataset_order(info.ids)
         reruns = {row_id: f"{row_id}~rerun" for row_id in failed}
         info = info.model_copy(update={"ids": list(reruns.values()), "rows": len(reruns)})
-        logger.info(f"Re-running {sum(map(len, failed.values()))} failed or cancelled attempts ({len(reruns)} rows) of {previous.uri()}")
+        logger.info(f"Re-running {chosen.describe()} ({len(reruns)} rows) of {previous.uri()}")
         return cls(dataset, info, attempts, reruns, {reruns[row_id]: numbers for row_id, numbers in failed.items()})
 
     @property
@@ -126,15 +132,49 @@ def _configured(configuration: dict[str, Any], key: str) -> Any:
     return None if field is None or field.is_required() else to_jsonable_python(field.get_default(call_default_factory=True))
 
 
-def rerun_attempts(previous: RunStore, dataset_ids: list[str]) -> dict[str, list[int]]:
-    """Original id -> the attempts that failed or were cancelled in the previous run, rows in dataset order."""
-    failed: dict[str, list[int]] = {}
+#: What a rerun takes by default: the attempts that measured nothing of the agent.
+RERUN_BY_DEFAULT: frozenset[Scoring] = frozenset({"not_scored", "cancelled"})
+
+
+@dataclass(frozen=True)
+class RerunChoice:
+    """An earlier run's attempts a rerun takes, and why each kind was taken or left."""
+
+    #: Original id -> the attempts to run again.
+    attempts: dict[str, list[int]]
+    #: How many attempts of each scoring (``prefect_harbor/scoring.py``) the earlier run had, and were taken.
+    seen: Counter[Scoring]
+    taken: frozenset[Scoring]
+
+    def in_dataset_order(self, dataset_ids: list[str]) -> dict[str, list[int]]:
+        return {row_id: sorted(self.attempts[row_id]) for row_id in dataset_ids if row_id in self.attempts}
+
+    def describe(self) -> str:
+        """``3 attempts (2 not scored, 1 cancelled; 4 agent failures and 5 scored kept)``."""
+        words = {"not_scored": "not scored", "cancelled": "cancelled", "agent_failure": "agent failures", "scored": "scored"}
+        taken = [f"{self.seen[s]} {words[s]}" for s in words if s in self.taken and self.seen[s]]
+        kept = [f"{self.seen[s]} {words[s]}" for s in words if s not in self.taken and self.seen[s]]
+        return f"{sum(self.seen[s] for s in self.taken)} attempts ({', '.join(taken)}" + (f"; {' and '.join(kept)} kept)" if kept else ")")
+
+
+def rerun_choice(previous: RunStore, agent_failures: bool = False) -> RerunChoice:
+    """The earlier run's attempts that measured nothing (not scored, cancelled), and its agent failures
+    when ``agent_failures``; a scored attempt is never taken (more samples of a row are ``attempts``)."""
+    taken = RERUN_BY_DEFAULT | ({"agent_failure"} if agent_failures else set())
+    seen: Counter[Scoring] = Counter()
+    chosen: dict[str, list[int]] = {}
     for result in previous.read_results():
-        if result.status in ("failure", "cancelled"):
-            failed.setdefault(result.row_id, []).append(result.attempt)
-    if not failed:
-        raise ConfigurationError(f"rerun_failed: {previous.uri()} has no failed or cancelled rows (or no results).")
-    return {row_id: sorted(failed[row_id]) for row_id in dataset_ids if row_id in failed}
+        scoring, _ = scoring_of(vars(result))
+        seen[scoring] += 1
+        if scoring in taken:
+            chosen.setdefault(result.row_id, []).append(result.attempt)
+    if not chosen:
+        hint = (
+            f"; its {seen['agent_failure']} agent failures run again with rerun_agent_failures (--rerun-agent-failures)"
+            if seen["agent_failure"] and not agent_failures else ""
+        )  # fmt: skip
+        raise ConfigurationError(f"rerun_failed: {previous.uri()} has no attempt to run again (none not scored or cancelled{hint}; scored attempts are never re-run).")
+    return RerunChoice(chosen, seen, frozenset(taken))
 
 
 def rerun_rows(rows: Iterable[DatasetRow | RowProblem], reruns: dict[str, str]) -> Iterator[DatasetRow | RowProblem]:

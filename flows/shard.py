@@ -43,6 +43,7 @@ async def sweep_shard(
     concurrency: int | None = None,
     attempts: int | None = None,
     rerun_failed: str | None = None,
+    rerun_agent_failures: bool = False,
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
 ) -> State:
@@ -58,7 +59,7 @@ async def sweep_shard(
     runtimes = await prepare_runtimes(config, storage, logger)
     with sweep_logs(runtimes.redactor):
         folder = await RunFolder.join(spec, storage, run_folder, runtimes.bundle, runtimes.mounts, logger)
-        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
+        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts, rerun_agent_failures)
         split = ShardSplit(shards, tuple(selection.info.task_ids))
         done = frozenset((r.row_index, r.attempt) for r in await asyncio.to_thread(folder.store.read_results))
 

@@ -84,6 +84,7 @@ async def evaluation_sweep(
     concurrency: int | None = None,
     resume: str | None = None,
     rerun_failed: str | None = None,
+    rerun_agent_failures: bool = False,
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
     attempts: int | None = None,
@@ -101,8 +102,11 @@ async def evaluation_sweep(
         concurrency: Overrides the backend's n_concurrent for this run.
         resume: The folder of a crashed or cancelled run of the same dataset and backend to
             continue: its finished rows are kept, the others run.
-        rerun_failed: The folder of an earlier run: a new run of only its failed and
-            cancelled rows, with new row ids (<id>~rerun) that point to the originals.
+        rerun_failed: The folder of an earlier run: a new run of only its attempts that
+            measured nothing (not scored: sandbox, setup, verifier...; or cancelled), with new
+            row ids (<id>~rerun) that point to the originals. Scored attempts never run again.
+        rerun_agent_failures: With rerun_failed, also run its agent failures again (errors
+            and timeouts of the agent, which the mean counts as 0).
         prewarm: First set up each selected task once (install-only, no credentials); the
             rows of a task that fails it fail at once with its reason.
         rows_per_task_run: How many rows one Prefect task run may hold. Empty: one per row
@@ -125,12 +129,15 @@ async def evaluation_sweep(
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
     if sharded := await shard_count(shards):
-        shard_parameters = sharing(sharded, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, prewarm, rows_per_task_run)
+        shard_parameters = sharing(
+            sharded, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, rerun_agent_failures, prewarm,
+            rows_per_task_run,
+        )  # fmt: skip
         logger.info(f"Spreading the rows over {sharded} shard(s) of {SHARD_DEPLOYMENT}")
     runtimes = await prepare_runtimes(config, storage, logger)
     with sweep_logs(runtimes.redactor):
         folder = await RunFolder.open(spec, storage, results, resume, rerun_failed, runtimes.bundle, runtimes.mounts, logger)
-        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts)
+        selection = await Selection.inspect(dataset, rerun_failed, folder.storage_options, logger, spec.limits.attempts, rerun_agent_failures)
         tally, tracker = RunTally(), RowTracker(selection.info.ids, selection.tracked, host=None if sharded else host_name())
         configuration = runtimes.redactor.configuration(config.model_dump(mode="json"))
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
@@ -271,7 +278,8 @@ async def run_lanes(
 
 def sharing(
     shards: int, dataset: str, backend_block: str | None, storage: ResultsStorage | None, storage_block: str | None, results: str,
-    concurrency: int | None, attempts: int | None, rerun_failed: str | None, prewarm: bool, rows_per_task_run: int | None,
+    concurrency: int | None, attempts: int | None, rerun_failed: str | None, rerun_agent_failures: bool, prewarm: bool,
+    rows_per_task_run: int | None,
 ) -> dict:  # fmt: skip
     """What every shard of a sweep on many hosts is given (less its run folder and number); refused
     before anything starts when the hosts could not share it."""
@@ -279,7 +287,7 @@ def sharing(
     refuse_unshareable(shards, storage.url if storage is not None else results, backend_block, storage, storage_name)
     return {
         "dataset": dataset, "backend_block": backend_block, "storage_block": storage_name, "concurrency": concurrency, "attempts": attempts,
-        "rerun_failed": rerun_failed, "prewarm": prewarm, "rows_per_task_run": rows_per_task_run,
+        "rerun_failed": rerun_failed, "rerun_agent_failures": rerun_agent_failures, "prewarm": prewarm, "rows_per_task_run": rows_per_task_run,
     }  # fmt: skip
 
 

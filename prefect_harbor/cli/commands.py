@@ -31,6 +31,7 @@ from prefect_harbor.agents.bundles import check_project
 from prefect_harbor.cli.compare import compare
 from prefect_harbor.cli.console import VisibleConsole
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
+from prefect_harbor.rows.attempts import RERUN_ALONE
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
 from prefect_harbor.stats.render import tokens_text
 from prefect_harbor.storage.results import SweepSummary
@@ -227,7 +228,10 @@ def sweep(
     storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
     resume: Annotated[str | None, typer.Option(help="Continue this crashed or cancelled run's folder (same dataset and backend).")] = None,
-    rerun_failed: Annotated[str | None, typer.Option(help="A new run of only this earlier run's failed and cancelled rows.")] = None,
+    rerun_failed: Annotated[
+        str | None, typer.Option(help="A new run of only this earlier run's attempts that were not scored or were cancelled (never its scored ones).")
+    ] = None,
+    rerun_agent_failures: Annotated[bool, typer.Option(help="With --rerun-failed, also run its agent failures (errors, timeouts) again.")] = False,
     prewarm: Annotated[bool, typer.Option(help="First set up each selected task once (install-only); its rows fail at once if that fails.")] = True,
     rows_per_task_run: Annotated[
         int | None, typer.Option(min=1, help="Rows one Prefect task run may hold (default: 1 for small sweeps, batches for big ones).")
@@ -253,6 +257,8 @@ def sweep(
         bundle=bundle, model=model, model_endpoint=model_endpoint, model_base_url=model_base_url, model_api_key_env=model_api_key_env,
         force_build=force_build or None,
     )  # fmt: skip
+    if rerun_agent_failures and not rerun_failed:
+        raise fail(RERUN_ALONE)
     try:
         info = scan_dataset(dataset)
     except DatasetError as error:
@@ -269,8 +275,8 @@ def sweep(
         state = asyncio.run(
             evaluation_sweep(
                 dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
-                resume=resume, rerun_failed=rerun_failed, prewarm=prewarm, rows_per_task_run=rows_per_task_run, attempts=attempts, shards=shards,
-                return_state=True,
+                resume=resume, rerun_failed=rerun_failed, rerun_agent_failures=rerun_agent_failures, prewarm=prewarm,
+                rows_per_task_run=rows_per_task_run, attempts=attempts, shards=shards, return_state=True,
             )  # fmt: skip
         )
     summary = state.result(raise_on_failure=False)

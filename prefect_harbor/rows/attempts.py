@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 
+#: Said (by the CLI and the flow) when agent failures are to be re-run without the run they are in.
+RERUN_ALONE = "rerun_agent_failures: only means something with rerun_failed (--rerun-failed): give the earlier run's folder, or drop it."
+
 Row = DatasetRow | RowProblem
 
 
