@@ -123,6 +123,20 @@ class HarborBackend(Block):
         ge=1,
         description="Independent trials per dataset row (Harbor's n_attempts): each attempt has its own result row and archive; pass@k is reported for k up to this.",
     )
+    not_scored_retries: int = Field(
+        title="Retries of a Not-Scored Attempt",
+        default=2,
+        ge=0,
+        le=10,
+        description=(
+            "How many more times an attempt is tried when it measured nothing for a cause that may pass (its sandbox failed, or the model "
+            "endpoint: Harbor's error policy says retry), after a wait that doubles from Retry Wait; then it stays not scored. "
+            "0: never. A scored attempt or an agent failure is never tried again."
+        ),
+    )
+    retry_wait_sec: float = Field(
+        title="Retry Wait (s)", default=5.0, ge=0, le=600, description="The wait before an attempt's second try; each further try waits twice as long (at most 10 minutes)."
+    )
     task_sources: TaskSourcePolicy = Field(title="Task Sources Rows May Name", default_factory=TaskSourcePolicy, description="Which per-row task sources "
         "(metadata.harbor_task) are honoured.")
     reward_key: str = Field(
@@ -357,6 +371,7 @@ class HarborBackend(Block):
             ),
             limits=Limits(
                 n_concurrent=self.n_concurrent, attempts=self.attempts, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
+                not_scored_retries=self.not_scored_retries, retry_wait_sec=self.retry_wait_sec,
                 archive=ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB),
             ),
             bundle=BundleSource(wheel=self.bundle, code_dir=self.code_dir, bake=self.patch_dockerfile_with_sdk is not False) if self.has_bundle else None,

@@ -31,7 +31,7 @@ from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import inspect_dataset
 
 #: Backend fields that change capacity or local paths, not what a row computes.
-RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_dir"})
+RESUMABLE_DIFFERENCES = frozenset({"n_concurrent", "max_queue_depth", "trials_dir", "not_scored_retries", "retry_wait_sec"})
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def row_line(result: RowResult) -> str:
     what += tampering(result)
     archive = f"archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
     attempt = f" #{result.attempt}" if result.attempt > 1 else ""  # the task run's label: attempts after the first
-    return f"Row {result.row_id}{attempt} ({result.task or 'no task'}): {what}; {timings(result)}; {archive}"
+    tries = f" after {result.tries} tries" if result.tries > 1 else ""
+    return f"Row {result.row_id}{attempt} ({result.task or 'no task'}): {what}{tries}; {timings(result)}; {archive}"
 
 
 def tampering(result: RowResult) -> str:

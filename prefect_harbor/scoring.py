@@ -31,6 +31,8 @@ NOT_SCORED_CAUSES = {"sandbox_failed": "sandbox", "model_provider_failed": "mode
 SETUP_PHASES = {"setup": "setup", "environment_setup": "sandbox", "agent_setup": "agent_setup"}
 #: Osmosis's categories of a failure that is the agent's own.
 AGENT_CATEGORIES = frozenset({"agent_error", "timeout", "verifier_tampering"})
+#: The causes of a not-scored attempt that another try may pass: the sandbox's and the model endpoint's.
+RETRYABLE_CAUSES = frozenset({"sandbox", "agent_setup", "model_endpoint"})
 
 
 def scoring_of(record: Mapping[str, Any]) -> tuple[Scoring, str | None]:
@@ -54,6 +56,19 @@ def scoring_of(record: Mapping[str, Any]) -> tuple[Scoring, str | None]:
     if category in AGENT_CATEGORIES:
         return "agent_failure", None
     return "not_scored", category or "unknown"
+
+
+def worth_retrying(record: Mapping[str, Any]) -> bool:
+    """Whether another try of the attempt may measure what this one could not: not scored for a
+    passing cause, and Harbor's error policy retries its exception (a bad request to the model
+    endpoint, a refused key or a build that failed will fail again)."""
+    from harbor.models.trial.error_policy import policy_for
+
+    scoring, cause = scoring_of(record)
+    if scoring != "not_scored" or cause not in RETRYABLE_CAUSES:
+        return False
+    exception = record.get("exception_type")
+    return not exception or policy_for(exception).retry
 
 
 def counted_value(record: Mapping[str, Any]) -> float | None:

@@ -107,6 +107,9 @@ class Limits(_Part):
 
     n_concurrent: int = 4
     attempts: int = 1
+    #: Further tries of an attempt not scored for a passing cause (``trial/retry.py``), and the first wait before one.
+    not_scored_retries: int = 2
+    retry_wait_sec: float = 5.0
     agent_setup_timeout_sec: float | None = None
     archive: ArchiveLimits = ArchiveLimits()
 

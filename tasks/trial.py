@@ -35,6 +35,7 @@ from prefect_harbor.tasks.archive import ArchivedRow, archive_result
 from prefect_harbor.tasks.sweep_context import SweepContext
 from prefect_harbor.text import visible
 from prefect_harbor.trial.outcome import verifier_output
+from prefect_harbor.trial.retry import retry_line, retry_wait, set_aside
 from prefect_harbor.trial.row_trial import run_row
 
 #: How much of the verifier's output a row's task-run log gets: its last lines, a few KiB at most.
@@ -45,10 +46,21 @@ async def trial_and_archive(
     unit: RowAttempt, trial_name: str, sweep: SweepContext, logger: logging.Logger | logging.LoggerAdapter,
     on_grading: Callable[[], None] | None = None, quiet_success: bool = False,
 ) -> ArchivedRow:  # fmt: skip
-    """Run the attempt's trial in its sandbox, score it, archive it and log it; never retried (a retry is a new row).
+    """Run the attempt's trial in its sandbox, score it, archive it and log it. A try that measured
+    nothing for a cause that may pass is tried again (``trial/retry.py``); Prefect never retries it.
 
     ``quiet_success``: a rewarded row's line at DEBUG (rows batched into one task run, where only the others matter)."""
+    limits = sweep.backend.limits
     result = await run_row(unit.row, unit.index, trial_name, sweep.backend, sweep.resolver, sweep.run, logger, on_grading, unit.attempt)
+    tries = 1
+    while (wait := retry_wait(result, tries, limits)) is not None:
+        kept = await asyncio.to_thread(set_aside, result, tries, sweep.run.tasks_copy_dir / trial_name)
+        logger.warning(retry_line(result, tries, wait, limits, kept))
+        await asyncio.sleep(wait)
+        tries += 1
+        result = await run_row(unit.row, unit.index, trial_name, sweep.backend, sweep.resolver, sweep.run, logger, on_grading, unit.attempt)
+    if tries > 1:
+        result = result.model_copy(update={"tries": tries})
     # Read before archiving: a successful row's trial directory is deleted with it.
     tail = await asyncio.to_thread(verifier_tail_of, result, sweep.redactor)
     archived = await asyncio.to_thread(archive_result, result, sweep, logger)

@@ -179,7 +179,7 @@ async def test_the_row_table_is_published_while_the_sweep_runs_and_updated_in_pl
 def test_the_results_schema_derived_from_the_model_is_the_documented_one():
     # The README's Results section documents these columns and types; readers of old runs depend on them.
     documented = pa.schema([
-        ("row_index", pa.int64()), ("row_id", pa.string()), ("attempt", pa.int64()), ("task", pa.string()), ("agent", pa.string()),
+        ("row_index", pa.int64()), ("row_id", pa.string()), ("attempt", pa.int64()), ("tries", pa.int64()), ("task", pa.string()), ("agent", pa.string()),
         ("model", pa.string()), ("status", pa.string()), ("reward", pa.float64()), ("rewards", pa.map_(pa.string(), pa.float64())),
         ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()), ("failure_cause", pa.string()),
         ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),

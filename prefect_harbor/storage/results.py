@@ -43,6 +43,7 @@ class RowResult(BaseModel):
     row_index: int
     row_id: str
     attempt: int = Field(default=1, description="Which of the row's attempts this is, from 1 (the backend's attempts).")
+    tries: int = Field(default=1, description="Trials the attempt took: more than 1 when a not-scored trial (its sandbox or the model endpoint failed) was tried again.")
     task: str | None = None
     agent: str | None = None
     model: str | None = None

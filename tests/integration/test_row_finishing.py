@@ -110,3 +110,54 @@ async def test_every_row_is_redacted_and_archived_exactly_once(tmp_path, monkeyp
     assert {r["row_id"]: r["archive_error"] is not None for r in table} == {row_id: row_id == "archive-breaks" for row_id in [*rows, problem]}
     assert dict(counts.archived) == dict.fromkeys(statuses, 1), "each attempt archived once"
     assert dict(counts.redacted) == dict.fromkeys(statuses, 1), "each attempt's row redacted once"
+
+
+async def test_a_not_scored_try_is_tried_again_up_to_the_limit_and_the_row_says_how_many(tmp_path, monkeypatch):
+    """Stand-in trials: one sandbox fails once, one always, one verifier fails (never retried: it would fail again)."""
+    from prefect.client.orchestration import get_client
+    from prefect_reads import logs_of
+
+    from prefect_harbor.scoring import scoring_of
+
+    write_task(tmp_path / "tasks", "t")
+    calls: Counter[str] = Counter()
+
+    async def run_row(row, index, trial_name, backend, resolver, run, *rest, **options):
+        calls[row.id] += 1
+        trial_dir = run.trials_dir / trial_name
+        trial_dir.mkdir(parents=True)
+        (trial_dir / "trial.log").write_text(f"try {calls[row.id]}\n")
+        base = base_result(row, index, backend).model_copy(update={"trial_name": trial_name, "trial_dir": str(trial_dir)})
+        if row.id == "flaky" and calls[row.id] > 1:
+            return base.model_copy(update={"status": "success", "reward": 1.0, "err_phase": None})
+        if row.id == "verifier":
+            return base.model_copy(update={"err_category": "verifier_error", "err_phase": "verifier", "exception_type": "RewardFileNotFoundError",
+                                           "failure_cause": "verifier_failed", "err_message": "no reward file"})  # fmt: skip
+        return base.model_copy(update={"err_category": "timeout", "err_phase": "environment_setup", "exception_type": "EnvironmentStartTimeoutError",
+                                       "failure_cause": "sandbox_failed", "err_message": "the sandbox did not start"})  # fmt: skip
+
+    monkeypatch.setattr(prefect_harbor.tasks.trial, "run_row", run_row)
+    backend = HarborBackend(
+        tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), not_scored_retries=2, retry_wait_sec=0,
+        cleanup_successful_trials=False,
+    )  # fmt: skip
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": row_id, "metadata": {"harbor_task_id": "t"}}) + "\n" for row_id in ("flaky", "dead", "verifier")))
+
+    summary = await evaluation_sweep(dataset=str(rows), backend=backend, results=str(tmp_path / "results"), prewarm=False)
+
+    table = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}
+    assert dict(calls) == {"flaky": 2, "dead": 3, "verifier": 1}
+    assert {row_id: (r["status"], r["tries"], scoring_of(r)) for row_id, r in table.items()} == {
+        "flaky": ("success", 2, ("scored", None)), "dead": ("failure", 3, ("not_scored", "sandbox")), "verifier": ("failure", 1, ("not_scored", "verifier")),
+    }  # fmt: skip
+    for row_id, kept in (("flaky", 1), ("dead", 2)):
+        trial = Path(table[row_id]["trial_dir"])
+        assert (trial / "trial.log").read_text() == f"try {kept + 1}\n", "the row is the last try's"
+        assert [(trial.parent / f"{trial.name}.try{n}" / "trial.log").read_text() for n in range(1, kept + 1)] == [f"try {n}\n" for n in range(1, kept + 1)]
+    assert (summary.success, summary.failure, summary.mean_reward) == (1, 2, 1.0), "the not-scored rows are left out of the mean"
+    async with get_client() as client:
+        (run,) = [r for r in await client.read_flow_runs() if r.parameters.get("results") == str(tmp_path / "results")]
+        logs = await logs_of(client, run.id)
+    assert sum("Row dead: not scored (sandbox: the sandbox did not start); trying it again in 0 s" in line for line in logs) == 2
+    assert any(line.startswith("Row dead (t): failure, timeout: the sandbox did not start after 3 tries;") for line in logs), logs
