@@ -79,8 +79,7 @@ async def compare_with_previous(folder: RunFolder, table: pa.Table, logger: Logg
         return None
     store, previous = found
     baseline = await asyncio.to_thread(store.read_table)
-    comparison = compare_tables(baseline, table, store.uri(), folder.store.uri())
-    comparison.baseline_started_at = previous.started_at
+    comparison = compare_tables(baseline, table, store.uri(), folder.store.uri()).of_runs(previous, manifest)
     logger.info(f"Compared with {store.uri()}: {comparison.phrase()}")
     return comparison
 

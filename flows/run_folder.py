@@ -44,6 +44,14 @@ def current_deployment_id() -> str | None:
     return None if deployment_id is None else str(deployment_id)
 
 
+def current_flow_run_name() -> str | None:
+    """The flow run's name, as the UI shows it; None outside a flow run."""
+    try:
+        return get_run_context().flow_run.name
+    except Exception:  # called outside a flow run
+        return None
+
+
 def current_flow_run_id() -> str:
     try:
         return str(get_run_context().flow_run.id)
@@ -116,7 +124,7 @@ class RunFolder:
     async def begin(self, info: DatasetInfo, configuration: dict, backend_block: str | None, rerun_of: str | None) -> dict[tuple[int, int], RowResult]:
         """Mark the run Running (a resumed run checked and its finished attempts returned, by row index and attempt) and keep its heartbeat."""
         self.manifest = RunManifest(
-            run_id=self.run_id, flow_run_id=current_flow_run_id(), state="Running", started_at=now(),
+            run_id=self.run_id, flow_run_id=current_flow_run_id(), flow_run_name=current_flow_run_name(), state="Running", started_at=now(),
             dataset=info.model_dump(), configuration=configuration, backend_block=backend_block, versions=package_versions(), rerun_of=rerun_of,
             deployment_id=current_deployment_id(),
         )  # fmt: skip

@@ -120,7 +120,9 @@ def prepare_resume(
     dropped = sorted((r for r in recorded if (r.row_index, r.attempt) not in kept), key=lambda r: (r.row_index, r.attempt))
     superseded = list(dict.fromkeys(r.row_id for r in dropped))
     store.restart_from(list(kept.values()), dropped=dropped)
-    resumed = previous.model_copy(update={"state": "Running", "flow_run_id": manifest.flow_run_id, "finished_at": None, "resumed": previous.resumed + 1})
+    resumed = previous.model_copy(
+        update={"state": "Running", "flow_run_id": manifest.flow_run_id, "flow_run_name": manifest.flow_run_name, "finished_at": None, "resumed": previous.resumed + 1}
+    )
     return resumed, kept, superseded
 
 

@@ -111,3 +111,25 @@ def test_fail_on_regression_exits_1_only_for_a_drop_beyond_chance(tmp_path):
     answer = compare(str(before), str(coin_only), "--fail-on-regression")
     assert answer.exit_code == 0, "two rows 1 -> 0 could be chance (McNemar p = 0.5)"
     assert "could be chance" in answer.output and "no clear change" in answer.output
+
+
+def test_the_baseline_is_named_by_run_name_and_id_and_different_datasets_are_said(tmp_path):
+    from datetime import UTC, datetime
+
+    from prefect_harbor.storage.manifest import RunManifest
+
+    folders = {"a": {"t-1": 1.0, "t-2": 1.0, "gone-1": 1.0}, "b": {"t-1": 1.0, "t-2": 0.0, "new-1": 1.0}}
+    for run_id, rewards in folders.items():
+        run_folder(tmp_path, run_id, rewards)
+        RunStore(str(tmp_path), run_id, fallback_dir=tmp_path / "fallback").write_manifest(
+            RunManifest(run_id=run_id, flow_run_name=f"oracle-{run_id}", state="Completed", started_at=datetime(2026, 12, 1, tzinfo=UTC),
+                        dataset={"fingerprint": f"rows-of-{run_id}", "rows": 3}, configuration={}, versions={})  # fmt: skip
+        )
+    answer = compare(str(tmp_path / "a"), str(tmp_path / "b"), "--json")
+    comparison = json.loads(answer.stdout)
+    assert (comparison["baseline_run_id"], comparison["baseline_run_name"], comparison["different_datasets"]) == ("a", "oracle-a", True)
+    assert "note: the runs are of different datasets: only rows with the same id are paired" in answer.stderr
+    assert "note: 1 row only in the baseline and 1 only in the candidate: left out of every difference" in answer.stderr
+    answer = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert "1 task lower than run 'oracle-a' (a) of 2026-12-01: t −0.5" in " ".join(answer.stdout.split()), answer.stdout
+    assert "(different datasets)" in answer.stdout

@@ -41,20 +41,20 @@ def compare(
     from prefect_harbor.cli.commands import err, fail, open_run
     from prefect_harbor.storage.reading import DamagedFile
 
-    tables, started = [], None
+    tables, manifests = [], []
     for name in (baseline, candidate):
         store = open_run(name, storage_block)
         table = store.read_table()
         if table.num_rows == 0:
             raise fail(f"{name} holds no results (no results.parquet, no parts): is it a sweep run folder?")
         tables.append(table)
-        if name == baseline:
-            try:
-                started = store.read_manifest().started_at
-            except (FileNotFoundError, DamagedFile):
-                started = None
-    comparison = compare_tables(*tables, baseline, candidate)
-    comparison.baseline_started_at = started
+        try:
+            manifests.append(store.read_manifest())
+        except (FileNotFoundError, DamagedFile):
+            manifests.append(None)
+    comparison = compare_tables(*tables, baseline, candidate).of_runs(*manifests)
+    for caveat in comparison.caveats():
+        err.print(f"[yellow]note:[/] {escape(caveat)}", highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(comparison.model_dump_json())
     else:

@@ -21,7 +21,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ from prefect_harbor.scoring import counted_value
 from prefect_harbor.stats.estimators import BOOTSTRAP_SEED, Estimate, mean_difference
 from prefect_harbor.stats.summary import COLUMNS, NO_TASK
 
+if TYPE_CHECKING:
+    from prefect_harbor.storage.manifest import RunManifest
+
 #: Differences smaller than this are rounding, not change.
 EPSILON = 1e-9
 #: The significance level of a verdict (after Holm's adjustment across tasks).
@@ -38,6 +41,8 @@ ALPHA = 0.05
 MCNEMAR = "McNemar's exact test"
 PERMUTATION = "paired permutation test"
 PERMUTATION_RESAMPLES = 9_999
+#: Said wherever a comparison of runs of different datasets is shown.
+DIFFERENT_DATASETS = "the runs are of different datasets: only rows with the same id are paired"
 
 
 class RowOutcome(BaseModel):
@@ -94,12 +99,45 @@ class Comparison(BaseModel):
     baseline: str = Field(description="The baseline run (its folder, or run id).")
     candidate: str
     baseline_started_at: datetime | None = None
+    baseline_run_id: str | None = Field(default=None, description="The baseline's run id, when its manifest could be read.")
+    baseline_run_name: str | None = Field(default=None, description="The baseline's Prefect flow run name, when its manifest keeps it.")
+    different_datasets: bool = Field(default=False, description="The runs' datasets differ (their fingerprints): only rows of the same id are paired.")
     paired_rows: int = Field(description="Rows scored in both runs.")
     only_in_baseline: int = 0
     only_in_candidate: int = 0
     difference: TaskDifference
     per_task: dict[str, TaskDifference] = Field(default_factory=dict)
     changed: list[RowChange] = Field(default_factory=list, description="Rows whose outcome changed, biggest drops first.")
+
+    def of_runs(self, baseline: RunManifest | None, candidate: RunManifest | None) -> Comparison:
+        """The comparison told what the two runs' manifests say: the baseline's name, id and start, whether the datasets differ."""
+        if baseline is not None:
+            self.baseline_started_at, self.baseline_run_id, self.baseline_run_name = baseline.started_at, baseline.run_id, baseline.flow_run_name
+        if baseline is not None and candidate is not None:
+            prints = baseline.dataset.get("fingerprint"), candidate.dataset.get("fingerprint")
+            self.different_datasets = None not in prints and prints[0] != prints[1]
+        return self
+
+    def baseline_label(self) -> str:
+        """The baseline as a reader knows it: ``run 'oracle-examples-…' (20261201T…-0f80f944) of 2026-12-01``."""
+        if self.baseline_run_id is None:
+            return f"the run of {self.baseline_started_at:%Y-%m-%d}" if self.baseline_started_at else f"run {self.baseline}"
+        name = f"'{self.baseline_run_name}' ({self.baseline_run_id})" if self.baseline_run_name else self.baseline_run_id
+        return f"run {name}" + (f" of {self.baseline_started_at:%Y-%m-%d}" if self.baseline_started_at else "")
+
+    def caveats(self) -> list[str]:
+        """What a reader must know before trusting the figures: different datasets, rows in one run only."""
+        notes = []
+        if self.different_datasets:
+            notes.append(DIFFERENT_DATASETS)
+        alone: list[str] = []
+        for count, run in ((self.only_in_baseline, "baseline"), (self.only_in_candidate, "candidate")):
+            if count:
+                rows = "" if alone else (" row" if count == 1 else " rows")  # "1 row only in the baseline and 2 only in the candidate"
+                alone.append(f"{count}{rows} only in the {run}")
+        if alone:
+            notes.append(f"{' and '.join(alone)}: left out of every difference")
+        return notes
 
     def worse_tasks(self) -> dict[str, float]:
         """Tasks whose mean dropped, by how much (most first)."""
@@ -117,7 +155,7 @@ class Comparison(BaseModel):
     def phrase(self, listed: int = 3) -> str:
         """In a few words, for a headline: ``2 tasks lower than the run of 2026-12-01: a −0.5 (p=0.5, could be chance),
         b −1 (p=0.0078)``; *worse* when every task named dropped beyond chance."""
-        when = f"the run of {self.baseline_started_at:%Y-%m-%d}" if self.baseline_started_at else f"run {self.baseline}"
+        when = self.baseline_label()
         worse = self.worse_tasks()
         if worse:
             named = ", ".join(f"{task} {signed(delta)} ({self.per_task[task].sureness()})" for task, delta in list(worse.items())[:listed])
@@ -129,6 +167,8 @@ class Comparison(BaseModel):
         failing = self.newly_failing()
         if failing:
             text += f"; {len(failing)} row{'s' if len(failing) != 1 else ''} newly failing"
+        if self.different_datasets:
+            text += " (different datasets)"
         return text
 
 

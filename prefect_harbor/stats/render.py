@@ -7,7 +7,7 @@ table keep them in full.
 from __future__ import annotations
 
 from prefect_harbor.outcome import figure, rounded
-from prefect_harbor.stats.compare import Comparison, TaskDifference, signed
+from prefect_harbor.stats.compare import DIFFERENT_DATASETS, Comparison, TaskDifference, signed
 from prefect_harbor.stats.estimators import Estimate
 from prefect_harbor.stats.summary import Figures, RunStatistics, Tokens
 
@@ -86,6 +86,8 @@ def statistics_markdown(statistics: RunStatistics) -> str:
 def comparison_markdown(comparison: Comparison, title: str = "What changed") -> str:
     """The report's comparison: overall and per-task paired differences, then the rows that changed outcome."""
     lines = [f"## {title}", "", f"Against `{comparison.baseline}`: {comparison.phrase()}.", ""]
+    if comparison.different_datasets:  # the rows in one run only are in the overall line below
+        lines += [f"Note: {DIFFERENT_DATASETS}.", ""]
     lines += [
         f"Overall: {difference_text(comparison.difference)} over {comparison.paired_rows} rows scored in both runs"
         + (f"; {comparison.only_in_baseline} rows only in the baseline" if comparison.only_in_baseline else "")

@@ -15,6 +15,7 @@ VERSIONED_PACKAGES = ("prefect-harbor", "prefect", "harbor", "pyarrow", "fsspec"
 class RunManifest(BaseModel):
     run_id: str
     flow_run_id: str | None = None
+    flow_run_name: str | None = Field(default=None, description="The Prefect flow run's name, as the UI shows it (null in runs from before it was kept).")
     state: str = Field(description="Running, Completed, Cancelled, Failed or Crashed.")
     started_at: datetime
     finished_at: datetime | None = None

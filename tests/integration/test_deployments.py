@@ -127,8 +127,9 @@ def test_a_deployment_sweep_says_what_changed_since_the_deployments_previous_swe
     summary = json.loads((second / "summary.json").read_text())
     comparison = summary["comparison"]
     assert comparison["baseline"] == f"file://{first}" and comparison["per_task"]["flips"]["difference"]["mean"] == -1.0
-    started = json.loads((first / "manifest.json").read_text())["started_at"][:10]
-    phrase = f"1 task lower than the run of {started}: flips −1 (p=1, could be chance)"
+    baseline = json.loads((first / "manifest.json").read_text())
+    assert baseline["flow_run_name"], "the manifest keeps the flow run's name"
+    phrase = f"1 task lower than run '{baseline['flow_run_name']}' ({baseline['run_id']}) of {baseline['started_at'][:10]}: flips −1 (p=1, could be chance)"
     flow_run_id = json.loads((second / "manifest.json").read_text())["flow_run_id"]
     assert phrase in httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state"]["message"]
     artifacts = api("post", f"{ui_server}/api/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "key": {"any_": ["evaluation-sweep-report"]}}}).json()
