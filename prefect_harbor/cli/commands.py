@@ -30,6 +30,7 @@ from rich.table import Table
 from prefect_harbor.agents.bundles import check_project
 from prefect_harbor.cli.compare import compare
 from prefect_harbor.cli.console import VisibleConsole
+from prefect_harbor.cli.plan import plan
 from prefect_harbor.config import VERBOSE_VARIABLE, ConfigurationError, TaskMode, describe
 from prefect_harbor.rows.attempts import RERUN_ALONE
 from prefect_harbor.rows.dataset import DatasetError, iter_rows, scan_dataset
@@ -557,3 +558,4 @@ def cancel(
 
 
 app.command("compare")(compare)
+app.command("plan")(plan)
