@@ -17,15 +17,17 @@ from prefect.filesystems import WritableFileSystem
 from prefect.utilities.asyncutils import run_sync_in_worker_thread
 from pydantic import Field, SecretStr
 
-#: Prefect's own task results go under this folder of the results root.
+#: A sweep's Prefect task results go under this folder of its run folder (``flows/lanes.py``): inside
+#: the run, so that Harbor's viewer, which takes every folder of the results root as a job, lists none of theirs.
 PREFECT_RESULTS_FOLDER = "prefect-results"
 
 
 class ResultsStorage(WritableFileSystem):
     """Where sweep results and per-row archives are written (a local path or an fsspec URL).
 
-    Also a Prefect result storage: saved, it can be given to tasks as ``result_storage``,
-    and their results land under ``<url>/prefect-results/``.
+    Also a Prefect result storage, as Prefect's own file systems are: saved, it can be given to
+    tasks as ``result_storage``, and a result's key is its path under ``<url>`` (a sweep's
+    keys are in its run folder, ``<url>/<run_id>/prefect-results/``).
     """
 
     _block_type_name = "Results Storage"
@@ -60,7 +62,7 @@ class ResultsStorage(WritableFileSystem):
 
     def _prefect_path(self, path: str) -> tuple[fsspec.AbstractFileSystem, str]:
         fs, root = self.filesystem()
-        return fs, f"{root.rstrip('/')}/{PREFECT_RESULTS_FOLDER}/{path.lstrip('/')}"
+        return fs, f"{root.rstrip('/')}/{path.lstrip('/')}"
 
     async def aread_path(self, path: str) -> bytes:
         return await run_sync_in_worker_thread(self._read, path)

@@ -24,7 +24,7 @@ from prefect.futures import PrefectFuture
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from prefect_harbor.blocks.storage import ResultsStorage
+from prefect_harbor.blocks.storage import PREFECT_RESULTS_FOLDER, ResultsStorage
 from prefect_harbor.flows.cancellation import CancelScope, wait_or_cancel
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.rows.attempts import RowAttempt
@@ -71,8 +71,9 @@ class LanePlan:
             # refresh_cache: written, never read back: a resumed run (or a shard started again) must run
             # the rows it cancelled, not take their old results from the same key as Cached.
             persisted = dict(cache_policy=None, persist_result=True, refresh_cache=True, result_storage=storage, result_serializer="json")
-            batch_task = run_trials.with_options(**persisted, result_storage_key=f"{run_id}/rows-from-{{parameters[first].index}}-{{parameters[first].attempt}}.json")
-            row_task = run_trial.with_options(**persisted, result_storage_key=f"{run_id}/row-{{parameters[unit].index}}-{{parameters[unit].attempt}}.json")
+            folder = f"{run_id}/{PREFECT_RESULTS_FOLDER}"
+            batch_task = run_trials.with_options(**persisted, result_storage_key=f"{folder}/rows-from-{{parameters[first].index}}-{{parameters[first].attempt}}.json")
+            row_task = run_trial.with_options(**persisted, result_storage_key=f"{folder}/row-{{parameters[unit].index}}-{{parameters[unit].attempt}}.json")
         return cls(
             lanes=config.limits.n_concurrent,
             rows_per_task_run=rows_per_task_run or default_rows_per_task_run(rows_to_run, config.limits.n_concurrent),

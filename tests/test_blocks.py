@@ -216,3 +216,12 @@ def test_every_form_field_has_a_written_title_and_plain_help(model):
         assert field.title, f"{model.__name__}.{name} has no title"
         assert field.description and "`" not in field.description, f"{model.__name__}.{name}'s description"
     assert "`" not in (model.model_json_schema().get("description") or ""), f"{model.__name__}'s description (the form shows a nested model's)"
+
+
+def test_a_result_key_is_its_path_under_the_results_root_as_in_prefects_file_systems(tmp_path):
+    """A sweep's keys are in its run folder, so no folder of Prefect's sits beside the runs (Harbor's viewer would list it as a job)."""
+    storage = ResultsStorage(url=str(tmp_path))
+    written = storage.write_path("20261204T0000Z-abc/prefect-results/row-0-1.json", b"{}")
+    assert written == f"{tmp_path}/20261204T0000Z-abc/prefect-results/row-0-1.json"
+    assert storage.read_path("20261204T0000Z-abc/prefect-results/row-0-1.json") == b"{}"
+    assert [p.name for p in tmp_path.iterdir()] == ["20261204T0000Z-abc"]

@@ -114,8 +114,10 @@ async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(
     assert json.loads(fs.cat_file(f"{run}/summary.json"))["statistics"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
     assert json.loads(fs.cat_file(f"{run}/result.json"))["n_total_trials"] == len(EXPECTED_ORACLE_REWARDS)
     assert json.loads(fs.cat_file(f"{run}/config.json"))["job_name"] == summary.run_id
-    # Prefect's own task results went to the same storage.
-    assert fs.find("sweeps/evals/prefect-results"), "task results were not persisted to the storage block"
+    # Prefect's own task results went to the same storage, inside the run's folder: Harbor's viewer takes
+    # every folder of the results root as a job, and lists none of theirs.
+    assert fs.find(f"{run}/prefect-results"), "task results were not persisted to the storage block"
+    assert not fs.exists(f"sweeps/evals/prefect-results/{summary.run_id}")
 
     # compare reads runs in object storage with the storage block's credentials, as status and cancel do.
     from typer.testing import CliRunner
