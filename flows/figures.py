@@ -39,7 +39,8 @@ Logger = logging.Logger | logging.LoggerAdapter
 async def open_job(folder: RunFolder, config: BackendSpec, trials: int, redactor: Redactor, logger: Logger) -> None:
     """The run as a Harbor job from its start: ``config.json``, and ``result.json`` with ``trials`` to run."""
     try:
-        configuration = to_json(job_config(config, folder.run_id, results_root(folder.store), model_for(config, None)))
+        name = folder.manifest.flow_run_name or folder.run_id
+        configuration = to_json(job_config(config, name, results_root(folder.store), model_for(config, None)))
         await asyncio.to_thread(folder.store.write_bytes, JOB_CONFIG, redactor.text(configuration.decode()).encode())
         await asyncio.to_thread(folder.store.write_bytes, JOB_RESULT, to_json(started_job(folder.manifest, trials)))
     except Exception as error:  # the viewer's files are a view of the run, never a reason to stop it

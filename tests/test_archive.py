@@ -258,3 +258,14 @@ def test_rows_and_log_records_lose_the_key(caplog):
 
 def test_short_values_are_not_treated_as_secrets():
     assert Redactor.of(["s", "testing", KEY]).secrets == (KEY,)
+
+
+def test_the_archived_result_points_at_the_archive_where_harbors_viewer_shows_the_trial(tmp_path):
+    """The local trial folder of a successful row is deleted after archiving: the trial page must not point there."""
+    trial = trial_tree(tmp_path)
+    (trial / "result.json").write_text(json.dumps({"trial_name": TRIAL, "trial_uri": trial.as_uri(), "verifier_result": {"rewards": {"reward": 1.0}}}))
+    store = RunStore(str(tmp_path / "root"), "run", fallback_dir=tmp_path / "fallback")
+    report = archive_row(RowResult(row_index=0, row_id="r", trial_name=TRIAL, status="success"), trial, store, REDACTOR)
+    archived = json.loads((tmp_path / "root" / "run" / TRIAL / "result.json").read_text())
+    assert archived == {"trial_name": TRIAL, "trial_uri": report.uri, "verifier_result": {"rewards": {"reward": 1.0}}}
+    assert report.uri == f"file://{tmp_path}/root/run/{TRIAL}"

@@ -234,8 +234,13 @@ def archive_row(
             unsent = len(store.unsent)
             for relative, path in _kept_files(trial_dir):
                 stored = storable(relative, budget)
-                store.write_file(f"{folder}/{stored}", path)
-                kept.append({"path": stored, "bytes": path.stat().st_size} | ({"original": relative} if stored != relative else {}))
+                pointed = _pointing_at(path, report.uri) if relative == "result.json" else None
+                if pointed is None:
+                    store.write_file(f"{folder}/{stored}", path)
+                else:
+                    store.write_bytes(f"{folder}/{stored}", pointed)
+                size = path.stat().st_size if pointed is None else len(pointed)
+                kept.append({"path": stored, "bytes": size} | ({"original": relative} if stored != relative else {}))
             report.files, report.bytes = len(kept), sum(entry["bytes"] for entry in kept)
             manifest = {"files": kept, "limits_bytes": asdict(limits), **asdict(report.tree)}
             store.write_bytes(f"{folder}/manifest.json", json.dumps(manifest, indent=2).encode())
@@ -251,6 +256,20 @@ def archive_row(
         details["archive_error"] = report.error
     store.write_bytes(f"{folder}/diagnostics.json", json.dumps(details, indent=2).encode())
     return report
+
+
+def _pointing_at(result_json: Path, archive_uri: str) -> bytes | None:
+    """Harbor's ``result.json`` with its ``trial_uri`` at the archive, where the trial now is (the
+    viewer's trial page shows it; the local trial folder may be deleted); None when it cannot be read
+    as Harbor's (it is kept as it is)."""
+    try:
+        content = json.loads(result_json.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict) or "trial_uri" not in content:
+        return None
+    content["trial_uri"] = archive_uri
+    return json.dumps(content, indent=4).encode()
 
 
 def _kept_files(trial_dir: Path) -> Iterator[tuple[str, Path]]:

@@ -42,12 +42,13 @@ COLUMNS = ("row_id", "attempt", "agent", "model", "status", "reward", "rewards",
            "err_phase", "err_message", "failure_cause", "input_tokens", "cached_tokens", "output_tokens", "cost_usd")  # fmt: skip
 
 
-def job_config(config: BackendSpec, run_id: str, root: str, model: str | None) -> JobConfig:
-    """The sweep as Harbor's job configuration: its agent and model, trials at once, attempts, environment and tasks."""
+def job_config(config: BackendSpec, name: str, root: str, model: str | None) -> JobConfig:
+    """The sweep as Harbor's job configuration: its name (the Prefect run's, which names the backend and the dataset:
+    the viewer lists the job under its folder, the run id), agent and model, trials at once, attempts, environment and tasks."""
     environment = config.environment
     tasks, mode = config.sources.tasks_dir, config.sources.mode
     return JobConfig(
-        job_name=run_id, jobs_dir=Path(root.removeprefix("file://")) if "://" not in root.removeprefix("file://") else Path("jobs"), n_attempts=config.limits.attempts,
+        job_name=name, jobs_dir=Path(root.removeprefix("file://")) if "://" not in root.removeprefix("file://") else Path("jobs"), n_attempts=config.limits.attempts,
         n_concurrent_trials=config.limits.n_concurrent, agents=[AgentConfig(name=config.agent_name, model_name=model)],
         environment=EnvironmentConfig(type=environment.type, import_path=environment.import_path, kwargs=dict(environment.kwargs)),
         datasets=[DatasetConfig(path=tasks)] if mode == "dataset" else [], tasks=[TaskConfig(path=tasks)] if mode == "template" else [],

@@ -142,6 +142,11 @@ def test_harbor_view_shows_each_sweep_as_a_job_with_its_trials_rewards_and_token
     # A trial's own pages read the archive: the verifier's output, as the viewer shows it.
     output = httpx.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{trials['items'][0]['name']}/verifier-output", timeout=30).json()
     assert output["stdout"] is not None or output["reward"] is not None
+    # The trial's page points at its archive (the successful trial's local folder is gone), and the job is named as the Prefect run.
+    name = trials["items"][0]["name"]
+    assert httpx.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{name}", timeout=30).json()["trial_uri"] == (runs.a / name).as_uri()
+    manifest = json.loads((runs.a / "manifest.json").read_text())
+    assert httpx.get(f"{viewer}/api/jobs/{runs.a.name}/config", timeout=30).json()["job_name"] == manifest["flow_run_name"]
 
 
 def test_a_run_from_before_attempts_still_compares(runs, tmp_path):

@@ -113,7 +113,8 @@ async def test_an_end_to_end_sweep_on_seaweedfs_is_read_back_by_another_process(
     # The run's summary and its Harbor job files are in the bucket too.
     assert json.loads(fs.cat_file(f"{run}/summary.json"))["statistics"]["rows"] == len(EXPECTED_ORACLE_REWARDS)
     assert json.loads(fs.cat_file(f"{run}/result.json"))["n_total_trials"] == len(EXPECTED_ORACLE_REWARDS)
-    assert json.loads(fs.cat_file(f"{run}/config.json"))["job_name"] == summary.run_id
+    assert json.loads(fs.cat_file(f"{run}/config.json"))["job_name"] == manifest["flow_run_name"], "the job is named as the Prefect run"
+    assert manifest["flow_run_name"].startswith("oracle-dataset-"), "the run's name says the agent and the dataset"
     # Prefect's own task results went to the same storage, inside the run's folder: Harbor's viewer takes
     # every folder of the results root as a job, and lists none of theirs.
     assert fs.find(f"{run}/prefect-results"), "task results were not persisted to the storage block"
