@@ -220,7 +220,8 @@ def archive_row(
     scrubbed, cut or skipped) when there was a tree to archive.
     """
     folder = archive_folder(result)
-    report = ArchiveReport(uri=store.uri(folder))
+    uri = store.uri(folder)
+    report = ArchiveReport(uri=uri)
     details = redactor.strings(diagnostics(result))
     reserved = len(json.dumps(details, indent=2).encode()) + 1024  # diagnostics.json, and the notes added to it below
     if trial_dir is not None and trial_dir.exists():
@@ -234,7 +235,7 @@ def archive_row(
             unsent = len(store.unsent)
             for relative, path in _kept_files(trial_dir):
                 stored = storable(relative, budget)
-                pointed = _pointing_at(path, report.uri) if relative == "result.json" else None
+                pointed = _pointing_at(path, uri) if relative == "result.json" else None
                 if pointed is None:
                     store.write_file(f"{folder}/{stored}", path)
                 else:
