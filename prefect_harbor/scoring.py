@@ -8,7 +8,11 @@ Every attempt is one of:
   as Harbor's viewer does. An agent that crashes must not look better than one that scores 0.
 - **not scored**: the row, the task's setup or build, the sandbox, the model endpoint, the
   verifier or the sweep itself failed; nothing was measured of the agent, so the mean leaves it
-  out, and every figure says how many and why (its *cause*).
+  out, and every figure says how many and why (its *cause*). Not when the agent could have
+  caused it: once the agent has run, its sandbox is its own, so that sandbox failing, or a
+  verifier or grader that shares it (Harbor's shared verifier mode) failing, is an agent
+  failure; otherwise an agent that cannot solve a task could break its verifier and turn its 0
+  into an attempt the mean leaves out.
 - **cancelled**: it did not finish; counted apart, never in a mean.
 
 Harbor's own error policy (``harbor.models.trial.error_policy``: a row's ``failure_cause``)
@@ -31,12 +35,34 @@ NOT_SCORED_CAUSES = {"sandbox_failed": "sandbox", "model_provider_failed": "mode
 SETUP_PHASES = {"setup": "setup", "environment_setup": "sandbox", "agent_setup": "agent_setup"}
 #: Osmosis's categories of a failure that is the agent's own.
 AGENT_CATEGORIES = frozenset({"agent_error", "timeout", "verifier_tampering"})
+#: Causes the agent may have brought about once it has run: its sandbox's, and a verifier's or grader's that shares it.
+AGENT_REACHABLE_CAUSES = frozenset({"sandbox", "verifier", "grading"})
+#: The phases after the agent started, and those of the verifier among them.
+AGENT_PHASES = frozenset({"agent", "verifier", "grading"})
+VERIFIER_PHASES = frozenset({"verifier", "grading"})
 #: The causes of a not-scored attempt that another try may pass: the sandbox's and the model endpoint's.
 RETRYABLE_CAUSES = frozenset({"sandbox", "agent_setup", "model_endpoint"})
 
 
 def scoring_of(record: Mapping[str, Any]) -> tuple[Scoring, str | None]:
     """How the contract counts one attempt (a results-table row as a mapping), and, when not scored, why."""
+    scoring, cause = _scoring(record)
+    if scoring == "not_scored" and _within_the_agents_reach(record, cause):
+        return "agent_failure", None
+    return scoring, cause
+
+
+def _within_the_agents_reach(record: Mapping[str, Any], cause: str | None) -> bool:
+    """Whether the agent could have caused the failure: its sandbox failed after it started, or a
+    verifier sharing that sandbox (any mode but Harbor's ``separate``) failed."""
+    phase = record.get("err_phase")
+    if cause == "sandbox" and phase == "agent":
+        return True
+    return cause in AGENT_REACHABLE_CAUSES and phase in VERIFIER_PHASES and record.get("verifier_mode") != "separate"
+
+
+def _scoring(record: Mapping[str, Any]) -> tuple[Scoring, str | None]:
+    """The contract's reading of the attempt's outcome alone (see :func:`scoring_of`)."""
     status, category, phase = record.get("status"), record.get("err_category"), record.get("err_phase")
     if status == "cancelled":
         return "cancelled", None

@@ -16,7 +16,7 @@ from prefect_harbor.storage.results import RowResult
 from prefect_harbor.storage.run_store import RunStore
 
 SANDBOX_FAILED = {"status": "failure", "reward": None, "err_category": "agent_error", "failure_cause": "sandbox_failed"}
-VERIFIER_FAILED = {"status": "failure", "reward": None, "err_category": "verifier_error", "err_phase": "verifier"}
+VERIFIER_FAILED = {"status": "failure", "reward": None, "err_category": "verifier_error", "err_phase": "verifier", "verifier_mode": "separate"}
 AGENT_TIMEOUT = {"status": "failure", "reward": None, "err_category": "timeout", "err_phase": "agent"}
 SCORED_ZERO = {"status": "success", "reward": 0.0}
 CANCELLED = {"status": "cancelled", "reward": None, "err_message": "cancelled while running"}

@@ -181,7 +181,8 @@ def test_the_results_schema_derived_from_the_model_is_the_documented_one():
     documented = pa.schema([
         ("row_index", pa.int64()), ("row_id", pa.string()), ("attempt", pa.int64()), ("tries", pa.int64()), ("task", pa.string()), ("agent", pa.string()),
         ("model", pa.string()), ("status", pa.string()), ("reward", pa.float64()), ("rewards", pa.map_(pa.string(), pa.float64())),
-        ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()), ("failure_cause", pa.string()),
+        ("err_category", pa.string()), ("err_message", pa.string()), ("err_phase", pa.string()), ("exception_type", pa.string()),
+        ("verifier_mode", pa.string()), ("failure_cause", pa.string()),
         ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),
         ("total_sec", pa.float64()), ("input_tokens", pa.int64()), ("cached_tokens", pa.int64()), ("output_tokens", pa.int64()),
         ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("host", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),

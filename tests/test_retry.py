@@ -12,7 +12,10 @@ from prefect_harbor.trial.retry import MAX_WAIT_SEC, retry_line, retry_wait, set
 SANDBOX = {"status": "failure", "err_category": "timeout", "err_phase": "environment_setup", "exception_type": "EnvironmentStartTimeoutError", "failure_cause": "sandbox_failed"}
 MODEL_DOWN = {"status": "failure", "err_category": "agent_error", "exception_type": "ApiConnectionError", "failure_cause": "model_provider_failed"}
 KEY_REFUSED = {"status": "failure", "err_category": "agent_error", "exception_type": "AgentAuthenticationError", "failure_cause": "model_provider_failed"}
-VERIFIER = {"status": "failure", "err_category": "verifier_error", "err_phase": "verifier", "exception_type": "RewardFileNotFoundError", "failure_cause": "verifier_failed"}
+VERIFIER = {
+    "status": "failure", "err_category": "verifier_error", "err_phase": "verifier", "exception_type": "RewardFileNotFoundError", "failure_cause": "verifier_failed",
+    "verifier_mode": "separate",
+}  # fmt: skip
 BAD_ROW = {"status": "failure", "err_category": "validation_error", "err_phase": "setup", "err_message": "unknown task"}
 AGENT_TIMEOUT = {"status": "failure", "err_category": "timeout", "err_phase": "agent", "exception_type": "AgentTimeoutError", "failure_cause": "agent_exhausted_budget"}
 SCORED_ZERO = {"status": "success", "reward": 0.0}

@@ -28,12 +28,20 @@ def failed(**fields) -> dict:
         (failed(err_category="timeout", failure_cause="sandbox_failed", err_phase="environment_setup"), ("not_scored", "sandbox")),
         (failed(err_category="agent_error", failure_cause="model_provider_failed", err_phase="agent"), ("not_scored", "model_endpoint")),
         (failed(err_category="agent_error", failure_cause="harbor_failed"), ("not_scored", "sweep")),  # the sweep's own failure
-        (failed(err_category="timeout", failure_cause="verifier_failed", err_phase="verifier"), ("not_scored", "verifier")),
+        (failed(err_category="timeout", failure_cause="verifier_failed", err_phase="verifier", verifier_mode="separate"), ("not_scored", "verifier")),
         (failed(err_category="validation_error", err_phase="setup", err_message="unknown harbor task id 'x'"), ("not_scored", "setup")),
         (failed(err_category="agent_error", failure_cause="unclassified", err_phase="environment_setup"), ("not_scored", "sandbox")),
         (failed(err_category="agent_error", failure_cause="unclassified", err_phase="agent_setup"), ("not_scored", "agent_setup")),
-        (failed(err_category="verifier_error", err_phase="verifier"), ("not_scored", "verifier")),
-        (failed(err_category="validation_error", err_phase="grading", err_message="Sample has no reward after grading"), ("not_scored", "grading")),
+        (failed(err_category="verifier_error", err_phase="verifier", verifier_mode="separate"), ("not_scored", "verifier")),
+        (failed(err_category="validation_error", err_phase="grading", err_message="Sample has no reward after grading", verifier_mode="separate"), ("not_scored", "grading")),
+        (failed(err_category="timeout", failure_cause="sandbox_failed", err_phase="verifier", verifier_mode="separate"), ("not_scored", "sandbox")),  # its own
+        # Within the agent's reach: a sandbox that failed once the agent ran, a verifier or grader sharing that sandbox.
+        (failed(err_category="agent_error", failure_cause="sandbox_failed", err_phase="agent", verifier_mode="separate"), ("agent_failure", None)),
+        (failed(err_category="timeout", failure_cause="verifier_failed", err_phase="verifier", verifier_mode="shared"), ("agent_failure", None)),
+        (failed(err_category="verifier_error", err_phase="verifier", verifier_mode="shared"), ("agent_failure", None)),
+        (failed(err_category="verifier_error", err_phase="verifier"), ("agent_failure", None)),  # a multi-step trial's: shared unless said
+        (failed(err_category="validation_error", err_phase="grading", err_message="Sample has no reward after grading", verifier_mode="shared"), ("agent_failure", None)),
+        (failed(err_category="agent_error", failure_cause="sandbox_failed", err_phase="verifier", verifier_mode="shared"), ("agent_failure", None)),
         (failed(), ("not_scored", "unknown")),
     ],
 )

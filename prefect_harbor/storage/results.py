@@ -54,6 +54,10 @@ class RowResult(BaseModel):
     err_message: str | None = None
     err_phase: str | None = Field(default=None, description="The phase the failure belongs to.")
     exception_type: str | None = Field(default=None, description="The name of the exception that ended the trial (Harbor's, or the setup's).")
+    verifier_mode: str | None = Field(
+        default=None,
+        description="Where the verifier ran, as Harbor resolved it: 'shared' (in the agent's sandbox) or 'separate'; null when the trial never got that far or has steps.",
+    )
     failure_cause: str | None = Field(
         default=None, description="Harbor's cause for that exception (its error policy: sandbox_failed, model_provider_failed, agent_exhausted_budget, verifier_failed, ...)."
     )

@@ -71,6 +71,7 @@ def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.
         "exception_type": error.exception_type if error else None,
         "failure_cause": failure_cause(error.exception_type if error else None),
         "err_phase": failure_phase(result),
+        "verifier_mode": None if result.verifier_environment_mode is None else str(result.verifier_environment_mode.value),
         "started_at": result.started_at,
         "finished_at": result.finished_at,
         **_timings(result),

@@ -132,7 +132,7 @@ async def test_a_not_scored_try_is_tried_again_up_to_the_limit_and_the_row_says_
             return base.model_copy(update={"status": "success", "reward": 1.0, "err_phase": None})
         if row.id == "verifier":
             return base.model_copy(update={"err_category": "verifier_error", "err_phase": "verifier", "exception_type": "RewardFileNotFoundError",
-                                           "failure_cause": "verifier_failed", "err_message": "no reward file"})  # fmt: skip
+                                           "failure_cause": "verifier_failed", "err_message": "no reward file", "verifier_mode": "separate"})  # fmt: skip
         return base.model_copy(update={"err_category": "timeout", "err_phase": "environment_setup", "exception_type": "EnvironmentStartTimeoutError",
                                        "failure_cause": "sandbox_failed", "err_message": "the sandbox did not start"})  # fmt: skip
 

@@ -170,7 +170,14 @@ async def test_rerun_failed_makes_a_new_run_of_only_the_failed_rows(tmp_path):
     assert not any("\x1b" in message or "\x07" in message for message in logs), logs
     first_folder = first.results_uri.removeprefix("file://").rsplit("/", 1)[0]
 
-    second = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rerun_failed=first_folder)
+    # The verifier shares the agent's sandbox (Harbor's shared mode): its failure counts against the agent, so a rerun takes it only when asked.
+    from prefect_harbor.config import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"its 1 agent failures run again with rerun_agent_failures"):
+        await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rerun_failed=first_folder)
+    second = await evaluation_sweep(
+        dataset=str(dataset), backend=backend, results=str(tmp_path / "results"), rerun_failed=first_folder, rerun_agent_failures=True
+    )
     assert second.run_id != first.run_id
     (row,) = pq.read_table(second.results_uri).to_pylist()
     assert row["row_id"] == "f~rerun" and row["status"] == "failure"

@@ -126,3 +126,28 @@ def test_verifier_isolation_separate_scores_a_shared_tasks_forgery_by_its_workdi
 def test_verifier_isolation_separate_keeps_honest_rows_and_breaks_tests_of_what_the_agent_left_running(isolated):
     assert isolated["honest"]["reward"] == 1.0, isolated["honest"]["err_message"]
     assert isolated["server-left-running"]["reward"] == 0.0, "the verifier's fresh container has no server: what the README says it breaks"
+
+
+async def test_an_agent_that_breaks_its_shared_verifier_scores_0_not_left_out_of_the_mean(tmp_path):
+    """Hiding a 0 as "not scored": the agent cannot solve the task, so it makes the verifier it shares a sandbox with fail.
+    A separate verifier that fails (its own container, out of the agent's reach) stays not scored."""
+    from prefect_harbor.scoring import scoring_of
+
+    tasks = tmp_path / "tasks"
+    grades = "[ \"$(cat /app/answer 2>/dev/null)\" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt"
+    write_task(tasks, "honest", solve="echo 41 > /app/answer", test=grades)
+    write_task(tasks, "saboteur", solve="echo 41 > /app/answer; rm -rf /logs/verifier; touch /logs/verifier", test=grades)
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"id": t, "metadata": {"harbor_task_id": t}}) + "\n" for t in ("honest", "saboteur")))
+    backend = HarborBackend(tasks_dir=tasks, task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"))
+
+    summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / "results"))
+
+    rows = {r["row_id"]: r for r in pq.read_table(summary.results_uri).to_pylist()}
+    assert rows["honest"]["reward"] == 0.0
+    saboteur = rows["saboteur"]
+    assert saboteur["reward"] is None and saboteur["verifier_mode"] == "shared" and saboteur["err_phase"] == "verifier", saboteur
+    assert scoring_of(saboteur) == ("agent_failure", None), saboteur
+    assert saboteur["tries"] == 1, "an agent's own doing is never tried again"
+    assert (summary.mean_reward, summary.not_scored) == (0.0, {}), summary.headline()
+    assert "1 agent failures counted as 0" in summary.headline() or "1 agent failure counted as 0" in summary.headline(), summary.headline()
