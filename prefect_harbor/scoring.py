@@ -37,8 +37,7 @@ SETUP_PHASES = {"setup": "setup", "environment_setup": "sandbox", "agent_setup":
 AGENT_CATEGORIES = frozenset({"agent_error", "timeout", "verifier_tampering"})
 #: Causes the agent may have brought about once it has run: its sandbox's, and a verifier's or grader's that shares it.
 AGENT_REACHABLE_CAUSES = frozenset({"sandbox", "verifier", "grading"})
-#: The phases after the agent started, and those of the verifier among them.
-AGENT_PHASES = frozenset({"agent", "verifier", "grading"})
+#: The phases of the verifier (and an Osmosis grader, which runs as one).
 VERIFIER_PHASES = frozenset({"verifier", "grading"})
 #: The causes of a not-scored attempt that another try may pass: the sandbox's and the model endpoint's.
 RETRYABLE_CAUSES = frozenset({"sandbox", "agent_setup", "model_endpoint"})
