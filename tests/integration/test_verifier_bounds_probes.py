@@ -96,7 +96,8 @@ def test_a_reward_of_1e308_is_outside_the_reward_range_and_the_mean_stays_sane(b
     rows, _, _ = bounded
     assert (rows["huge-reward"]["status"], rows["huge-reward"]["err_category"], rows["huge-reward"]["reward"]) == ("failure", "verifier_error", None)
     assert "reward_range" in rows["huge-reward"]["err_message"], rows["huge-reward"]["err_message"]
-    assert rows["summary"]["mean_reward"] in (None, 1.0), rows["summary"]
+    # The three verifiers that broke share the agent's sandbox: by the scoring contract each counts as 0, never as 1e308.
+    assert (rows["summary"]["mean_reward"], rows["summary"]["agent_failures"]) == (0.25, 3), rows["summary"]
 
 
 def test_a_250_character_file_name_is_archived_under_a_shorter_name_and_nothing_stays_unsent(bounded):
