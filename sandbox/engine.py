@@ -91,10 +91,12 @@ async def podman(*args: str, stdin: bytes | None = None, timeout: float | None =
     )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout)
-    except (TimeoutError, asyncio.CancelledError):
+    except (TimeoutError, asyncio.CancelledError) as stopped:
         if process.returncode is None:
             process.kill()
             await process.wait()
+        if isinstance(stopped, TimeoutError):  # asyncio's says nothing: name the call that took too long
+            raise TimeoutError(f"podman {' '.join(args[:2])} did not finish within {timeout:g} s") from None
         raise
     return Completed(process.returncode or 0, stdout, stderr)
 

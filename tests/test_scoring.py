@@ -97,3 +97,15 @@ def test_an_old_results_table_without_the_contracts_columns_still_summarizes():
 
     statistics = summarize_table(old)
     assert (statistics.scored, statistics.agent_failures, statistics.not_scored) == (1, 0, {"unknown": 1})
+
+
+def test_a_run_with_nothing_counted_has_a_harbor_job_without_a_mean():
+    """Every attempt not scored (a prewarm that failed): no mean, and the job's result.json is still written."""
+    from prefect_harbor.storage.harbor_job import finished_job
+    from prefect_harbor.storage.manifest import RunManifest
+
+    finished = datetime(2026, 12, 4, tzinfo=UTC)
+    manifest = RunManifest.model_construct(run_id="run", flow_run_id=None, started_at=finished, finished_at=finished)
+    job = finished_job(manifest, to_table([ATTEMPTS[3], ATTEMPTS[4]]), attempts=1)
+    (evals,) = job.stats.evals.values()
+    assert evals.metrics == [] and job.stats.n_errored_trials == 2

@@ -99,7 +99,7 @@ def _eval_stats(records: list[dict[str, Any]], attempts: int) -> AgentDatasetSta
         if record["status"] != "success":
             stats.n_errors += 1
             stats.exception_stats.setdefault(record.get("exception_type") or record.get("err_category") or record["status"], []).append(name)
-    stats.metrics = [Mean().compute(rewards)]
+    stats.metrics = [Mean().compute(rewards)] if rewards else []  # nothing counted: no mean (Harbor's Mean divides by zero)
     stats.pass_at_k = summarize(records, attempts).pass_at_k
     return stats
 
