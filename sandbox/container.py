@@ -56,7 +56,7 @@ from harbor.models.trial.paths import TrialPaths
 from prefect_harbor.sandbox import janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
-from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, EngineError, env_file_options, podman, podman_path
+from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, STATE_CALL_TIMEOUT_SEC, EngineError, env_file_options, podman, podman_path
 from prefect_harbor.sandbox.images import EnvironmentImages, check_environment_definition, image_resolver
 from prefect_harbor.sandbox.interpolation import ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
@@ -74,7 +74,6 @@ KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 DEFAULT_MAX_COPY_MB = 1024
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
-_START_TIMEOUT_SEC = 120
 
 
 class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
@@ -257,13 +256,13 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         for host in self._main.extra_hosts:
             args += ["--add-host", host]
         try:
-            done = await podman(*args, image, *KEEP_ALIVE, timeout=_START_TIMEOUT_SEC)
+            done = await podman(*args, image, *KEEP_ALIVE, timeout=STATE_CALL_TIMEOUT_SEC)
             if restarted := await workdir.start_creating_workdir(name, done):  # its --workdir is not in the image
                 restarted.check(f"starting a container from {image}")
                 done = await podman("inspect", "--format", "{{.Id}}", name)
         except (asyncio.CancelledError, TimeoutError):
             # The container may exist already: it is named, so it can go before we do.
-            await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=60))
+            await asyncio.shield(podman("rm", "--force", "--ignore", "--time", "0", name, timeout=STATE_CALL_TIMEOUT_SEC))
             raise
         self._container = done.check(f"starting a container from {image}").text
         if network != "none":
@@ -370,7 +369,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         if self._pod is not None:
             await asyncio.shield(self._remove_pod())
         elif container:
-            removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=60))
+            removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=STATE_CALL_TIMEOUT_SEC))
             if removed.returncode != 0:
                 self.logger.warning(f"Removing container {container} failed: {removed.stderr.decode(errors='replace').strip()}")
 
@@ -506,7 +505,7 @@ class _PodServices:
         sidecar evidence, so processes the agent left cannot tamper with it."""
         environment = self._environment
         container = environment._require_container() if environment.is_main_service(service) else environment._service_container(service)
-        (await podman("stop", "--time", "0", container, timeout=60)).check(f"stopping service {service!r}")
+        (await podman("stop", "--time", "0", container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"stopping service {service!r}")
 
 
 def _tests_folder() -> Path:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from prefect_harbor.sandbox.engine import podman, start_podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, podman, start_podman
 
 #: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
@@ -56,7 +56,7 @@ class ContainerRoot:
     @classmethod
     async def of(cls, container: str) -> ContainerRoot | None:
         """The running container's view, or None when podman cannot say (it stopped)."""
-        found = await podman("inspect", "--format", "{{.State.Pid}} {{.GraphDriver.Data.MergedDir}}", container, timeout=60)
+        found = await podman("inspect", "--format", "{{.State.Pid}} {{.GraphDriver.Data.MergedDir}}", container, timeout=STATE_CALL_TIMEOUT_SEC)
         pid, _, merged = found.text.partition(" ")
         if found.returncode != 0 or not pid.isdigit() or int(pid) <= 0 or not merged.startswith("/"):
             return None

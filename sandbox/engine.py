@@ -28,6 +28,10 @@ LABEL_OWNER = "io.prefect-harbor.owner"
 LABEL_TRIAL = "io.prefect-harbor.trial"
 #: The compose service a container runs (``main`` for the trial's own container).
 LABEL_SERVICE = "io.prefect-harbor.service"
+#: The deadline of a podman call that only changes or reads engine state (create, cp, start,
+#: stop, rm, inspect). It catches a hung engine, not a busy one: on a loaded host such a call
+#: can wait minutes for the storage lock while another process loads or commits an image.
+STATE_CALL_TIMEOUT_SEC = 600.0
 
 
 class EngineError(RuntimeError):

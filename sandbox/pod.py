@@ -35,11 +35,10 @@ import tarfile
 from collections.abc import Awaitable, Callable
 
 from prefect_harbor.sandbox.compose import Healthcheck, Project, Service
-from prefect_harbor.sandbox.engine import Completed, EngineError, podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, EngineError, podman
 from prefect_harbor.sandbox.limits import cgroupfs_manager, limit_cgroup
 from prefect_harbor.sandbox.workdir import start_creating_workdir
 
-_POD_TIMEOUT_SEC = 60
 _LOG_TAIL_LINES = "30"
 logger = logging.getLogger(__name__)
 #: The pod's infra container and a monitor (conmon) per container count against the pod's limit too.
@@ -73,7 +72,7 @@ class Pod:
             args += ["--userns", self.userns]
         for key, value in self.labels.items():
             args += ["--label", f"{key}={value}"]
-        created = await podman(*args, timeout=_POD_TIMEOUT_SEC)
+        created = await podman(*args, timeout=STATE_CALL_TIMEOUT_SEC)
         if created.returncode != 0 and b"catatonit" in created.stderr:
             raise EngineError(
                 "podman cannot build its pause image for a multi-service task's pod: catatonit is not installed "
@@ -82,7 +81,7 @@ class Pod:
         created.check(f"creating pod {self.name}")
         if self.pids_limit is not None:
             await self._limit_processes(self.pids_limit)
-        (await podman("pod", "start", self.name, timeout=_POD_TIMEOUT_SEC)).check(f"starting pod {self.name}")
+        (await podman("pod", "start", self.name, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"starting pod {self.name}")
 
     async def _limit_processes(self, pids_limit: int) -> None:
         """The trial's process limit on the pod's cgroup too, so its services share it rather than
@@ -95,19 +94,19 @@ class Pod:
 
     async def add(self, name: str, options: list[str], image: str, command: list[str], extra_hosts: list[tuple[str, str]]) -> str:
         """Create a container in the pod, give it its ``/etc/hosts`` (:func:`hosts_file`), start it; its id."""
-        created = await podman("create", "--pod", self.name, "--name", name, "--no-hosts", *options, image, *command, timeout=_POD_TIMEOUT_SEC)
+        created = await podman("create", "--pod", self.name, "--name", name, "--no-hosts", *options, image, *command, timeout=STATE_CALL_TIMEOUT_SEC)
         container = created.check(f"creating container {name} from {image}").text
         hosts = hosts_file(self.service_names, container[:12], extra_hosts)  # the hostname is the short id, as under Docker
-        copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=_POD_TIMEOUT_SEC)
+        copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=STATE_CALL_TIMEOUT_SEC)
         copied.check(f"writing /etc/hosts of {name}")
-        started = await podman("start", container, timeout=_POD_TIMEOUT_SEC)
+        started = await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)
         started = await start_creating_workdir(container, started) or started  # its --workdir is not in the image
         started.check(f"starting container {name} from {image}")
         return container
 
     async def remove(self) -> Completed:
         """Remove the pod and every container in it at once (no grace period: nothing in it is kept)."""
-        return await podman("pod", "rm", "--force", "--ignore", "--time", "0", self.name, timeout=_POD_TIMEOUT_SEC)
+        return await podman("pod", "rm", "--force", "--ignore", "--time", "0", self.name, timeout=STATE_CALL_TIMEOUT_SEC)
 
 
 def hosts_file(names: list[str], hostname: str, extra_hosts: list[tuple[str, str]]) -> str:

@@ -15,10 +15,9 @@ import re
 import tarfile
 from pathlib import PurePosixPath
 
-from prefect_harbor.sandbox.engine import Completed, podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, podman
 
 _MISSING = re.compile(rb'workdir "(?P<path>[^"]+)" does not exist on container')
-_TIMEOUT_SEC = 60
 
 
 def missing_workdir(failed: Completed) -> str | None:
@@ -34,10 +33,10 @@ async def start_creating_workdir(container: str, failed: Completed) -> Completed
     workdir = missing_workdir(failed)
     if workdir is None:
         return None
-    created = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_folders_archive(workdir), timeout=_TIMEOUT_SEC)
+    created = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_folders_archive(workdir), timeout=STATE_CALL_TIMEOUT_SEC)
     if created.returncode != 0:
         return created
-    return await podman("start", container, timeout=_TIMEOUT_SEC)
+    return await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)
 
 
 def _folders_archive(path: str) -> bytes:
