@@ -12,6 +12,10 @@ Kinds: 0/1 rewards with one attempt per row at success rates 0.5 and 0.9; 0/1 re
 3 attempts per row whose rows differ in difficulty (a row's rate drawn from Beta(2, 1), true
 mean 2/3), the case the clustered effective size is for; continuous rewards in [0, 1], 2 attempts
 per row around the row's own mean, itself from Beta(2, 5) (true mean 2/7).
+
+Then the stopping rule (``stop_at_ci_width``, ``prefect_harbor/stats/stopping.py``): the rows of
+different difficulty get attempts round by round, up to 8, until the interval is no wider than
+the target; the coverage of the interval the sweep then reports, and the attempts per row it used.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from scipy import stats
 
 from prefect_harbor.stats.estimators import clustered_mean
+from prefect_harbor.stats.stopping import narrow_enough
 
 ROWS = (5, 10, 30, 100)
 Sweep = list[list[float]]
@@ -84,6 +89,24 @@ def measure(truth: float, draw: Callable[[random.Random, int], Sweep], rows: int
     }  # fmt: skip
 
 
+def measure_stopping(rows: int, width: float, budget: int, reps: int, seed: int) -> dict[str, float]:
+    """Coverage of the reported interval when attempts are added until it is ``width`` wide (rows of different difficulty, true mean 2/3)."""
+    rng = random.Random(seed)
+    covered = given = rounds_used = 0
+    for _ in range(reps):
+        rates = [rng.betavariate(2, 1) for _ in range(rows)]
+        attempts = [[float(rng.random() < rate) for _ in range(budget)] for rate in rates]
+        for rounds in range(1, budget + 1):
+            estimate = clustered_mean([row[:rounds] for row in attempts])
+            if narrow_enough(estimate, width):
+                break
+        rounds_used += rounds
+        if estimate is not None and estimate.ci95 is not None:
+            given += 1
+            covered += estimate.ci95[0] <= 2 / 3 <= estimate.ci95[1]
+    return {"coverage": covered / given if given else math.nan, "attempts": rounds_used / reps}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=1000, help="simulated sweeps per kind and size (Monte Carlo error ~0.7 points at 1000)")
@@ -103,6 +126,10 @@ def main() -> None:
                 f"{name:<34} {rows:>4} {r['coverage']:>9.1%} {r['no interval']:>6.0%} {r['outside [0,1]']:>8.0%} "
                 f"{r['t coverage']:>11.1%} {r['t outside [0,1]']:>10.0%}  {r['method']}"
             )
+    print(f"\n{'stopping rule (0/1, rows differ)':<34} {'rows':>4} {'width':>6} {'coverage':>9} {'attempts per row':>17}")
+    for rows, width in ((10, 0.4), (30, 0.25), (30, 0.3), (100, 0.15)):
+        r = measure_stopping(rows, width, 8, args.reps, args.seed)
+        print(f"{'':<34} {rows:>4} {width:>6} {r['coverage']:>9.1%} {r['attempts']:>17.2f}")
 
 
 if __name__ == "__main__":

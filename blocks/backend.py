@@ -24,6 +24,7 @@ from prefect_harbor.config import (
     reject_legacy_keywords,
 )
 from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
+from prefect_harbor.stats.stopping import check_stopping
 from prefect_harbor.storage.archive import ArchiveLimits, MiB
 from prefect_harbor.trial import reward_key
 from prefect_harbor.trial.tampering import OnTampering
@@ -123,6 +124,15 @@ class HarborBackend(Block):
         ge=1,
         description="Independent trials per dataset row (Harbor's n_attempts): each attempt has its own result row and archive; pass@k is reported for k up to this.",
     )
+    stop_at_ci_width: float | None = Field(
+        title="Stop at Interval Width",
+        default=None,
+        json_schema_extra=lambda schema: _constrain_non_null(schema, exclusiveMinimum=0),
+        description=(
+            "Run the attempts in rounds (every row's attempt 1, then every row's attempt 2, ...) and stop after the round whose mean "
+            "has a 95% interval this narrow or narrower; Attempts per Row is then the most it may run (2 or more). Empty: run every attempt."
+        ),
+    )
     not_scored_retries: int = Field(
         title="Retries of a Not-Scored Attempt",
         default=2,
@@ -207,6 +217,11 @@ class HarborBackend(Block):
                 raise ConfigurationError(f"agent: {data['agent']!r} is a workflow and workflow_agent is {data['workflow_agent']!r}; give one of them.")
             data = {**data, "agent": None, "workflow_agent": data["agent"]}
         return data
+
+    @model_validator(mode="after")
+    def _stopping_rule_has_attempts(self) -> HarborBackend:
+        check_stopping(self.stop_at_ci_width, self.attempts)
+        return self
 
     @field_validator("model_endpoint", mode="before")
     @classmethod
@@ -370,7 +385,7 @@ class HarborBackend(Block):
                 verifier_isolation=self.verifier_isolation, verifier_artifacts=tuple(self.verifier_artifacts),
             ),
             limits=Limits(
-                n_concurrent=self.n_concurrent, attempts=self.attempts, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
+                n_concurrent=self.n_concurrent, attempts=self.attempts, stop_at_ci_width=self.stop_at_ci_width, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
                 not_scored_retries=self.not_scored_retries, retry_wait_sec=self.retry_wait_sec,
                 archive=ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB),
             ),

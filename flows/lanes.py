@@ -164,11 +164,7 @@ class Lanes:
 
     async def record_never_started(self) -> None:
         """The attempts no lane admitted before the sweep stopped: recorded as cancelled."""
-        never_started = self.admission.never_admitted()
-        if never_started:
-            await self.recorder.record_never_started(never_started)
-            for unit in never_started:
-                self.tracker.set(unit.row.id, "cancelled", unit.attempt)
+        await record_cancelled(self.admission.never_admitted(), self.recorder, self.tracker)
 
     async def _lane(self) -> None:
         """Run attempts one after another until the dataset is done or the sweep stops."""
@@ -232,6 +228,14 @@ class Lanes:
                 result = internal_error(unit, error, config)
         self.tracker.set(row.id, (result.result if isinstance(result, ArchivedRow) else result).status, attempt)
         return await asyncio.shield(self.recorder.record(result))
+
+
+async def record_cancelled(units: list[RowAttempt], recorder: Recorder, tracker: RowTracker) -> None:
+    """Attempts that never started, each a ``cancelled`` result row and live status."""
+    if units:
+        await recorder.record_never_started(units)
+        for unit in units:
+            tracker.set(unit.row.id, "cancelled", unit.attempt)
 
 
 def internal_error(unit: RowAttempt, error: Exception, config: BackendSpec) -> RowResult:

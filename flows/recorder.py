@@ -48,6 +48,10 @@ class Recorder:
         """Show the progress artifact (at 0 %)."""
         await self.progress.start()
 
+    def expect(self, total: int) -> None:
+        """The run will record ``total`` result rows, not the number it started with (the stopping rule ended it early)."""
+        self.progress.total = self.rows_table.total = max(total, 1)
+
     def skip(self) -> None:
         """A row kept from a resumed run: already written and counted, shown as done."""
         self.progress.skip()

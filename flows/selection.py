@@ -81,9 +81,11 @@ class Selection:
         rows = iter_rows(self.dataset)
         return enumerate(rows if self.reruns is None else rerun_rows(rows, self.reruns))
 
-    def attempts_to_run(self) -> Iterator[RowAttempt]:
-        """Every attempt of this run, streamed: a row's attempts one after the other, rows in dataset order."""
-        return expand(self.rows(), self.attempts, self.rerun_attempts)
+    def attempts_to_run(self, attempt: int | None = None) -> Iterator[RowAttempt]:
+        """Every attempt of this run, streamed: a row's attempts one after the other, rows in dataset order;
+        with ``attempt``, only that attempt of every row (a round of a sweep with a stopping rule)."""
+        units = expand(self.rows(), self.attempts, self.rerun_attempts)
+        return units if attempt is None else (unit for unit in units if unit.attempt == attempt)
 
 
 def prepare_resume(

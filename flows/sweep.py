@@ -41,7 +41,7 @@ from prefect_harbor.flows.configuration import (
 )
 from prefect_harbor.flows.control_channel import ControlChannel
 from prefect_harbor.flows.headline import SWEEP_CANCELLED, keep_the_headline
-from prefect_harbor.flows.lanes import Admission, LanePlan, Lanes, TrialRunner
+from prefect_harbor.flows.lanes import Admission, LanePlan, Lanes, TrialRunner, record_cancelled
 from prefect_harbor.flows.prewarm import prewarm_all
 from prefect_harbor.flows.recorder import Recorder
 from prefect_harbor.flows.reporting import Progress, RowsTable, publish, run_tags, sweep_run_name, tag_flow_run
@@ -56,6 +56,7 @@ from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sandbox.proxy import proxy_secrets
 from prefect_harbor.secrets import Redactor, secret_values
 from prefect_harbor.spec import BackendSpec
+from prefect_harbor.stats.stopping import StoppedEarly, StopRule, check_stopping
 from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
@@ -88,6 +89,7 @@ async def evaluation_sweep(
     prewarm: bool = True,
     rows_per_task_run: int | None = None,
     attempts: int | None = None,
+    stop_at_ci_width: float | None = None,
     shards: int | Auto = 1,
 ) -> SweepSummary:
     """Run every row of ``dataset`` as a Harbor trial and write the results table.
@@ -114,6 +116,9 @@ async def evaluation_sweep(
             100 rows each), because Prefect's cost per task run outweighs a quick trial's.
         attempts: Overrides the backend's attempts for this run: independent trials per row,
             each with its own result row and archive (pass@k for k up to this).
+        stop_at_ci_width: Overrides the backend's: run the attempts in rounds (every row's
+            attempt 1, then 2, ...) and stop after the round whose mean has a 95% interval
+            this narrow; attempts is then the most a row may get.
         shards: Spread the rows over this many hosts: each shard is a run of the sweep-shard
             deployment, taken by a worker on its pool (a task's rows stay on one host); "auto":
             one shard per worker online on that pool. Needs results every host can reach
@@ -124,10 +129,11 @@ async def evaluation_sweep(
     Every attempt at a row yields exactly one result row, whatever happens to it.
     """
     logger = get_run_logger()
-    config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger, attempts)
+    config, block_name = await resolve_configuration(backend, backend_block, concurrency, rows_per_task_run, logger, attempts, stop_at_ci_width)
     spec = config.spec()  # what every step below takes; the block itself stays for the subflow and the manifest
     await remove_orphaned_containers(spec, logger)
     storage = await resolve_storage(await picked(ResultsStorage, storage, "storage"), storage_block)
+    check_stopping(spec.limits.stop_at_ci_width, spec.limits.attempts, sharded=shards != 1, rerun=rerun_failed is not None)
     if sharded := await shard_count(shards):
         shard_parameters = sharing(
             sharded, dataset, block_name, storage, storage_block, results, concurrency, attempts, rerun_failed, rerun_agent_failures, prewarm,
@@ -152,11 +158,15 @@ async def evaluation_sweep(
             announce(spec, folder, selection, plan, logger)
             trials = TrialRunner(sweep, plan)
             channel = ControlChannel(folder.store, tracker, logger)
+            early: StoppedEarly | None = None
             if sharded:
                 scope = await run_shards(sharded, folder, selection, kept, recorder, channel, logger, shard_parameters)
+            elif (width := spec.limits.stop_at_ci_width) is not None:
+                scope, early = await run_rounds(StopRule(width, spec.limits.attempts), plan, trials, selection, kept, recorder, channel, logger)
+                spec = early.spec_of(spec) if early is not None else spec
             else:
                 scope = await run_lanes(plan, trials, selection.attempts_to_run(), kept, recorder, channel, logger)
-            summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set())
+            summary = await finalize(folder, recorder, channel, spec, logger, stopped=scope.requested.is_set(), early=early)
         except BaseException as error:
             await folder.fail(error, tally.rows)
             raise
@@ -165,7 +175,7 @@ async def evaluation_sweep(
 
 async def resolve_configuration(
     backend: HarborBackend | Reference | None, backend_block: str | None, concurrency: int | None, rows_per_task_run: int | None, logger: Logger,
-    attempts: int | None = None,
+    attempts: int | None = None, stop_at_ci_width: float | None = None,
 ) -> tuple[HarborBackend, str | None]:  # fmt: skip
     """The backend this run uses (loaded by name or from the picker's reference, or the inline block
     re-validated) and its block's name.
@@ -194,6 +204,9 @@ async def resolve_configuration(
         config = config.model_copy(update={"n_concurrent": concurrency})
     if attempts is not None:
         config = config.model_copy(update={"attempts": attempts})
+    if stop_at_ci_width is not None:
+        config = config.model_copy(update={"stop_at_ci_width": stop_at_ci_width})
+    check_stopping(config.stop_at_ci_width, config.attempts)
     check_process_budget(config)
     return config, block_name
 
@@ -265,8 +278,7 @@ async def run_lanes(
 ) -> CancelScope:  # fmt: skip
     """Every attempt of ``units`` to its result row, the control channel served meanwhile; the scope tells whether the sweep was stopped."""
     async with CancelScope(get_run_context().flow_run.id, logger) as scope:
-        admission = Admission(units, kept, recorder, scope)
-        lanes = Lanes(plan, trials, admission, recorder, channel.tracker, scope, logger)
+        lanes = Lanes(plan, trials, Admission(units, kept, recorder, scope), recorder, channel.tracker, scope, logger)
         control = asyncio.create_task(channel.serve(scope, lanes.cancel))
         try:
             await lanes.run()
@@ -274,6 +286,38 @@ async def run_lanes(
         finally:
             control.cancel()
     return scope
+
+
+async def run_rounds(
+    rule: StopRule, plan: LanePlan, trials: TrialRunner, selection: Selection, kept: frozenset[tuple[int, int]], recorder: Recorder,
+    channel: ControlChannel, logger: Logger,
+) -> tuple[CancelScope, StoppedEarly | None]:  # fmt: skip
+    """:func:`run_lanes` round by round under the stopping rule (``stats/stopping.py``): every row's attempt 1,
+    then attempt 2, … until the interval is narrow enough or the attempts are spent. The second value says
+    whether the rule ended the sweep before its last round (the attempts it did not need are not recorded)."""
+    async with CancelScope(get_run_context().flow_run.id, logger) as scope:
+        current: list[Lanes] = []
+        control = asyncio.create_task(channel.serve(scope, lambda row_id: current[-1].cancel(row_id)))
+        try:
+            for number in range(1, rule.attempts + 1):
+                current.append(Lanes(plan, trials, Admission(selection.attempts_to_run(number), kept, recorder, scope), recorder, channel.tracker, scope, logger))
+                await current[-1].run()
+                if scope.requested.is_set():  # this round's rest and every later round's attempts are cancelled
+                    await current[-1].record_never_started()
+                    later = [unit for unit in selection.attempts_to_run() if unit.attempt > number and unit.key not in kept]
+                    await record_cancelled(later, recorder, channel.tracker)
+                    break
+                verdict = rule.after_round(number, await asyncio.to_thread(recorder.store.rows_so_far))
+                logger.info(f"Stopping rule: {verdict.reason}")
+                if verdict.stop and number < rule.attempts:
+                    channel.tracker.forget_attempts_after(number)
+                    recorder.expect(selection.info.rows * number)
+                    return scope, StoppedEarly(number, rule.attempts, verdict.reason)
+                if verdict.stop:
+                    break
+        finally:
+            control.cancel()
+    return scope, None
 
 
 def sharing(
@@ -320,13 +364,18 @@ async def run_shards(
     return scope
 
 
-async def finalize(folder: RunFolder, recorder: Recorder, channel: ControlChannel, config: BackendSpec, logger: Logger, stopped: bool) -> SweepSummary:
+async def finalize(
+    folder: RunFolder, recorder: Recorder, channel: ControlChannel, config: BackendSpec, logger: Logger, stopped: bool, early: StoppedEarly | None = None
+) -> SweepSummary:
     """The results table compacted, the final row status and manifest written; the run's summary, with its statistics (``summary.json``)."""
     results_uri, table = await asyncio.to_thread(folder.store.compact)
     state = "Cancelled" if stopped else "Completed"
     await channel.publish_final(state)
     await folder.finish(state, results_uri, recorder.tally.rows)
-    return await figures.close(folder, table, config, recorder.summary(folder.run_id, results_uri), logger)
+    summary = recorder.summary(folder.run_id, results_uri)
+    if early is not None:
+        summary = summary.model_copy(update={"stopped_early": early.phrase()})
+    return await figures.close(folder, table, config, summary, logger)
 
 
 async def publish_summary(summary: SweepSummary, recorder: Recorder, scope: CancelScope, superseded: list[str], logger: Logger) -> State:

@@ -107,6 +107,8 @@ class Limits(_Part):
 
     n_concurrent: int = 4
     attempts: int = 1
+    #: Attempts run in rounds, stopping once the mean's 95% interval is this narrow (``stats/stopping.py``); None: all of them.
+    stop_at_ci_width: float | None = None
     #: Further tries of an attempt not scored for a passing cause (``trial/retry.py``), and the first wait before one.
     not_scored_retries: int = 2
     retry_wait_sec: float = 5.0

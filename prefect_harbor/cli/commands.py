@@ -240,6 +240,14 @@ def sweep(
     attempts: Annotated[
         int | None, typer.Option(min=1, help="Independent trials per row, each its own result row and archive (default: the backend's attempts, 1); pass@k for k up to this.")
     ] = None,
+    stop_at_ci_width: Annotated[
+        float | None,
+        typer.Option(
+            min=0, metavar="WIDTH",
+            help="Run the attempts in rounds (every row's attempt 1, then 2, ...) and stop once the mean's 95% interval is this narrow; "
+            "--attempts is then the most a row may get (default: the backend's).",
+        ),
+    ] = None,
     shards: Annotated[
         str,
         typer.Option(
@@ -277,7 +285,7 @@ def sweep(
             evaluation_sweep(
                 dataset=dataset, backend=backend, results=results, storage_block=storage_block, concurrency=concurrency,
                 resume=resume, rerun_failed=rerun_failed, rerun_agent_failures=rerun_agent_failures, prewarm=prewarm,
-                rows_per_task_run=rows_per_task_run, attempts=attempts, shards=shards, return_state=True,
+                rows_per_task_run=rows_per_task_run, attempts=attempts, stop_at_ci_width=stop_at_ci_width, shards=shards, return_state=True,
             )  # fmt: skip
         )
     summary = state.result(raise_on_failure=False)
@@ -374,6 +382,8 @@ def print_summary(summary: SweepSummary) -> None:
         f"{rows}: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "
         f"{summary.cancelled} cancelled; {mean}", highlight=False, soft_wrap=True,
     )  # fmt: skip
+    if summary.stopped_early:
+        console.print(f"Stopping rule: {summary.stopped_early}", highlight=False, soft_wrap=True)
     if summary.statistics is not None and tokens_text(summary.statistics.tokens) != "-":
         console.print(f"Usage: {tokens_text(summary.statistics.tokens)}", highlight=False, soft_wrap=True)
     if summary.statistics is not None and summary.statistics.verifier_flagged:

@@ -94,6 +94,13 @@ class RowTracker:
             self.hosts[row_id] = host
             self.version += 1
 
+    def forget_attempts_after(self, attempt: int) -> None:
+        """Attempts past ``attempt`` will not run (the stopping rule ended the sweep): no longer tracked, nor shown queued."""
+        for statuses in self.attempts.values():
+            for number in [n for n in statuses if n > attempt]:
+                del statuses[number]
+        self.version += 1
+
     def status(self, row_id: str) -> LiveStatus:
         """The row's status, from its attempts'; ``unknown`` for an id the sweep has never seen."""
         present = set(self.attempts.get(row_id, {}).values())

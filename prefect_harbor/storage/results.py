@@ -168,6 +168,7 @@ class SweepSummary(BaseModel):
     attempts: int = Field(default=1, description="Attempts per row; rows, success, failure and cancelled count attempts.")
     statistics: RunStatistics | None = Field(default=None, description="Intervals, pass@k, tokens and cost, overall and per task (summary.json).")
     comparison: Comparison | None = Field(default=None, description="Against the previous completed sweep of the same deployment and dataset.")
+    stopped_early: str | None = Field(default=None, description="Why the stopping rule (stop_at_ci_width) ended the sweep before its last attempt, when it did.")
 
     def counted(self) -> str:
         """``9 trials (3 rows × 3 attempts): 9 success, 0 failure, 0 cancelled`` (``7 rows: …`` with one attempt)."""
@@ -193,7 +194,8 @@ class SweepSummary(BaseModel):
         mean = self.mean_phrase()
         compared = f"; {self.comparison.phrase()}" if self.comparison is not None else ""
         tampering = f"; {self.verifier_tampering} with verifier tampering evidence" if self.verifier_tampering else ""
-        return f"{counts}; {mean}{tampering}{compared} — results at {self.results_uri}"
+        early = f"; {self.stopped_early}" if self.stopped_early else ""
+        return f"{counts}; {mean}{tampering}{early}{compared} — results at {self.results_uri}"
 
     def counts(self) -> Counts:
         """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""

@@ -79,6 +79,10 @@ class RunStore(DurableFolder):
         self.spool.add(table)
         return self.write_bytes(f"parts/{name}.parquet", _parquet_bytes(table))
 
+    def rows_so_far(self) -> pa.Table:
+        """Every row this store has written (a resumed run's kept rows included), read locally: the storage may be away."""
+        return self.spool.snapshot()
+
     def finalize(self) -> str:
         """Write every row this store wrote into ``results.parquet``, in row order, then drop the
         parts it replaces. Holds the rows in columnar form only for this step."""

@@ -46,6 +46,12 @@ class RowSpool:
                 self._writer = None
             return pa.ipc.open_stream(str(self.path)).read_all() if self.path.exists() else RESULTS_SCHEMA.empty_table()
 
+    def snapshot(self) -> pa.Table:
+        """Every row added so far, in the order added; the stream stays open for more."""
+        with self._lock:
+            self._flush()
+            return pa.ipc.open_stream(str(self.path)).read_all() if self.path.exists() else RESULTS_SCHEMA.empty_table()
+
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
 
