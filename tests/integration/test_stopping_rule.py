@@ -2,6 +2,7 @@
 the mean's interval is narrow enough, through the flow on a real server. The trials are stand-ins
 (no sandbox) whose rewards are fixed by row and attempt, so each round's interval is known."""
 
+import asyncio
 import json
 from collections import Counter
 
@@ -90,3 +91,39 @@ async def test_a_stopping_rule_on_several_hosts_is_refused_before_any_trial(tmp_
             prewarm=False,
         )  # fmt: skip
     assert not stand_in_trials
+
+
+async def test_a_sweep_cancelled_mid_round_records_every_later_attempt_cancelled(tmp_path, monkeypatch):
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+    from prefect.states import Cancelling
+
+    write_task(tmp_path / "tasks", "t")
+    ran: Counter[int] = Counter()
+
+    async def run_row(row, index, trial_name, backend, resolver, run, *rest, **options):
+        attempt = options.get("attempt", rest[2] if len(rest) > 2 else 1)
+        ran[attempt] += 1
+        if attempt == 2 and index == 0:  # round 2's first trial cancels the run, and runs until it is stopped
+            async with get_client() as client:
+                await client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
+            await asyncio.Event().wait()
+        base = base_result(row, index, backend, attempt).model_copy(update={"trial_name": trial_name})
+        return base.model_copy(update={"status": "success", "reward": reward(index, attempt), "err_phase": None})
+
+    monkeypatch.setattr(prefect_harbor.tasks.trial, "run_row", run_row)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"id": f"r{i}", "metadata": {"harbor_task_id": "t"}}) + "\n" for i in range(ROWS)))
+
+    state = await evaluation_sweep(
+        dataset=str(tmp_path / "rows.jsonl"), backend=backend(tmp_path, attempts=4, stop_at_ci_width=0.01), results=str(tmp_path / "results"),
+        prewarm=False, return_state=True,
+    )  # fmt: skip
+
+    assert state.is_cancelled()
+    assert ran[1] == ROWS and ran[3] == ran[4] == 0
+    (results,) = (tmp_path / "results").glob("*/results.parquet")
+    table = pq.read_table(results).to_pylist()
+    assert sorted((r["row_id"], r["attempt"]) for r in table) == sorted((f"r{i}", a) for i in range(ROWS) for a in range(1, 5)), "every attempt once"
+    statuses = {(r["row_id"], r["attempt"]): r["status"] for r in table}
+    assert {statuses[f"r{i}", 1] for i in range(ROWS)} == {"success"}
+    assert statuses["r0", 2] == "cancelled" and {statuses[f"r{i}", a] for i in range(ROWS) for a in (3, 4)} == {"cancelled"}
