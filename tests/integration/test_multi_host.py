@@ -102,6 +102,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
         for name in ("mh-long", "mh-long2"):
             write_task(tasks, name, solve="sleep 600")
         write_task(tasks, "mh-mid", solve="sleep 20")
+        write_task(tasks, "mh-noreward", test="true")  # its shared verifier writes no reward: an agent failure, counted as 0
         code = (
             "from prefect_harbor.blocks import HarborBackend, ResultsStorage; "
             f"HarborBackend(tasks_dir={str(tasks)!r}, task_mode='dataset', agent='oracle', trials_dir={str(scratch / 'trials')!r}, n_concurrent=2)"
@@ -143,16 +144,19 @@ def containers_of(prefix: str) -> list[str]:
 
 
 def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
-    rows = [("mh-1", "mh-a"), ("mh-2", "mh-a"), ("mh-3", "mh-b"), ("mh-4", "mh-c"), ("mh-5", "mh-d"), ("mh-6", "mh-d")]
+    rows = [("mh-1", "mh-a"), ("mh-2", "mh-a"), ("mh-3", "mh-b"), ("mh-4", "mh-c"), ("mh-5", "mh-d"), ("mh-6", "mh-d"), ("mh-7", "mh-noreward")]
     summary = finished(hosts.sweep(dataset(tmp_path / "rows.jsonl", rows), "both", shards="auto"), hosts, "both", 300)  # two workers online
     results = {row["row_id"]: row for row in hosts.results(summary["results_uri"].removeprefix("s3://").rsplit("/", 1)[0])}
-    assert sorted(results) == [row_id for row_id, _ in rows] and {r["status"] for r in results.values()} == {"success"}, hosts.log("both")
+    assert sorted(results) == [row_id for row_id, _ in rows], hosts.log("both")
+    assert {row_id: r["status"] for row_id, r in results.items()} == {**{row_id: "success" for row_id, _ in rows[:-1]}, "mh-7": "failure"}, hosts.log("both")
     assert {r["host"] for r in results.values()} == set(HOSTS), {row_id: r["host"] for row_id, r in results.items()}
     by_task: dict[str, set[str]] = {}
     for row_id, task in rows:
         by_task.setdefault(task, set()).add(results[row_id]["host"])
     assert all(len(seen) == 1 for seen in by_task.values()), by_task  # a task's rows on one host: one image build
-    assert summary["rows"] == 6 and summary["mean_reward"] == 1.0
+    # The scoring contract over the shards' parts: the agent failure counts as 0 in the mean.
+    assert (summary["rows"], summary["scored"], summary["agent_failures"], summary["not_scored"]) == (7, 6, 1, {})
+    assert summary["mean_reward"] == pytest.approx(6 / 7) and summary["statistics"]["reward"]["mean"] == pytest.approx(6 / 7)
     shards = hosts.flow_runs("sweep-shard")[-2:]
     assert [run["state_type"] for run in shards] == ["COMPLETED", "COMPLETED"]
     parent = hosts.flow_runs("evaluation-sweep")[-1]

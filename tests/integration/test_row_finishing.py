@@ -161,3 +161,50 @@ async def test_a_not_scored_try_is_tried_again_up_to_the_limit_and_the_row_says_
         logs = await logs_of(client, run.id)
     assert sum("Row dead: not scored (sandbox: the sandbox did not start); trying it again in 0 s" in line for line in logs) == 2
     assert any(line.startswith("Row dead (t): failure, timeout: the sandbox did not start after 3 tries;") for line in logs), logs
+
+
+async def test_a_resumed_run_counts_its_kept_attempts_by_the_scoring_contract(tmp_path, monkeypatch):
+    """The mean of a resumed run is over kept and new attempts alike: agent failures as 0, not scored left out
+    (headline, summary.json, and the Harbor job's result.json)."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+    from prefect.states import Cancelling
+
+    write_task(tmp_path / "tasks", "t")
+    resumed = False
+
+    async def run_row(row, index, trial_name, backend, resolver, run, *rest, **options):
+        base = base_result(row, index, backend).model_copy(update={"trial_name": trial_name})
+        if row.id == "agent-fails":
+            return base.model_copy(update={"err_category": "agent_error", "err_phase": "agent", "exception_type": "NonZeroAgentExitCodeError",
+                                           "err_message": "the agent exited 3"})  # fmt: skip
+        if row.id == "sandbox-fails":
+            return base.model_copy(update={"err_category": "timeout", "err_phase": "environment_setup", "exception_type": "EnvironmentStartTimeoutError",
+                                           "failure_cause": "sandbox_failed", "err_message": "the sandbox did not start"})  # fmt: skip
+        if row.id == "last" and not resumed:  # the first run is cancelled here
+            async with get_client() as client:
+                await client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
+            await asyncio.Event().wait()
+        return base.model_copy(update={"status": "success", "reward": 1.0, "rewards": {"reward": 1.0}, "err_phase": None})
+
+    monkeypatch.setattr(prefect_harbor.tasks.trial, "run_row", run_row)
+    backend = HarborBackend(
+        tasks_dir=tmp_path / "tasks", task_mode="dataset", agent="oracle", trials_dir=str(tmp_path / "trials"), n_concurrent=1, not_scored_retries=0
+    )
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": row_id, "metadata": {"harbor_task_id": "t"}}) + "\n" for row_id in ("ok", "agent-fails", "sandbox-fails", "last")))
+    first = await evaluation_sweep(dataset=str(rows), backend=backend, results=str(tmp_path / "results"), prewarm=False, return_state=True)
+    assert first.is_cancelled()
+    (folder,) = [m.parent for m in (tmp_path / "results").glob("*/manifest.json")]
+
+    resumed = True
+    summary = await evaluation_sweep(dataset=str(rows), backend=backend, results=str(tmp_path / "results"), resume=str(folder), prewarm=False)
+
+    assert (summary.rows, summary.scored, summary.agent_failures, summary.not_scored) == (4, 2, 1, {"sandbox": 1})
+    assert summary.mean_reward == pytest.approx(2 / 3), "2 scored 1.0 and 1 agent failure as 0; the sandbox failure left out"
+    assert "mean reward 0.667 over 3 rows, 1 agent failure counted as 0" in summary.headline() and "1 not scored (sandbox 1)" in summary.headline()
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["statistics"]["reward"]["mean"] == pytest.approx(2 / 3) and written["statistics"]["not_scored"] == {"sandbox": 1}
+    job = json.loads((folder / "result.json").read_text())
+    (evals,) = job["stats"]["evals"].values()
+    assert evals["metrics"][0]["mean"] == pytest.approx(2 / 3), "Harbor's viewer shows the same mean"
