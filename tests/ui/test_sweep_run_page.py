@@ -78,7 +78,7 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
         run_folder = wait_until(lambda: only_slow_row_running(results), 180, "the other rows to finish while the slow one runs")
         # While the sweep runs, its row table is already there, with the finished rows and their archives.
         running = sweep_of(ui_server, dataset)
-        live, *_ = wait_until(lambda: artifacts_of(ui_server, running["id"], "evaluation-sweep-rows"), 60, "the row table while the sweep runs")
+        live, *_ = wait_until(lambda: artifacts_of(ui_server, running["id"], "evaluation-sweep-rows"), 180, "the row table while the sweep runs")
         page.goto(f"{ui_server}/artifacts/artifact/{live['id']}", wait_until="networkidle")
         page.get_by_text("missing-1").first.wait_for(timeout=30_000)
         page.screenshot(path=screenshots / "mixed-run-row-table-while-running.png", full_page=True)
