@@ -213,7 +213,13 @@ class RowsTable:
 
     async def finish(self, summary: SweepSummary) -> None:
         listed = len(self.tally.first_rows)
-        await self.publish(f"Row by row: the first {listed} of {summary.rows} rows to finish; every row is in {summary.results_uri}")
+        unit = "rows" if summary.attempts == 1 else "trials"
+        await self.publish(f"Row by row: the first {listed} of {summary.trials} {unit} to finish; every one is in {summary.results_uri}")
+
+
+def trials(count: int, attempts: int) -> dict[str, int]:
+    """The summary table's trials column, with several attempts per row (with one, trials are the rows)."""
+    return {"trials": count} if attempts > 1 else {}
 
 
 async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] = ()) -> None:
@@ -221,11 +227,12 @@ async def publish(summary: SweepSummary, tally: RunTally, superseded: list[str] 
     await acreate_table_artifact(
         key=SUMMARY_KEY,
         table=visible_values([
-            {"task": "(all)", "rows": summary.rows, "success": summary.success, "failure": summary.failure, "cancelled": summary.cancelled,
+            {"task": "(all)", "rows": summary.rows, **trials(summary.trials, summary.attempts), "success": summary.success, "failure": summary.failure,
+             "cancelled": summary.cancelled,
              "agent_failures": summary.agent_failures, "not_scored": sum(summary.not_scored.values()),
              "mean_reward": rounded(summary.mean_reward), **summary_columns(summary.statistics)},
             *[
-                {"task": task, "rows": score.rows, "success": score.success, "failure": score.failure, "cancelled": score.cancelled,
+                {"task": task, "rows": score.rows, **trials(score.trials, summary.attempts), "success": score.success, "failure": score.failure, "cancelled": score.cancelled,
                  "agent_failures": score.agent_failures, "not_scored": score.not_scored,
                  "mean_reward": rounded(score.mean_reward), **summary_columns(summary.statistics, task)}
                 for task, score in summary.per_task.items()

@@ -126,8 +126,10 @@ def test_a_report_of_several_attempts_counts_trials_and_names_each_failures_atte
     assert "| q0 | 1 | t | - | boom 1 |" in report and "| q0 | 2 | t | - | boom 2 |" in report
     # The summary artifact's per-task columns are filled, as the overall row's are.
     score = lambda task: summary.per_task[task].model_dump()  # noqa: E731
-    assert score("t") == {"rows": 2, "mean_reward": 0.0, "success": 0, "failure": 2, "cancelled": 0, "agent_failures": 2, "not_scored": 0}
-    assert score("u") == {"rows": 2, "mean_reward": 1.0, "success": 1, "failure": 0, "cancelled": 1, "agent_failures": 0, "not_scored": 0}
+    assert score("t") == {"rows": 1, "trials": 2, "mean_reward": 0.0, "success": 0, "failure": 2, "cancelled": 0, "agent_failures": 2, "not_scored": 0}
+    assert score("u") == {"rows": 1, "trials": 2, "mean_reward": 1.0, "success": 1, "failure": 0, "cancelled": 1, "agent_failures": 0, "not_scored": 0}
+    # One vocabulary: rows are the dataset's, trials one per row and attempt, in the summary as in its statistics.
+    assert (summary.rows, summary.trials, summary.success + summary.failure + summary.cancelled) == (2, 4, 4)
 
 
 async def test_the_progress_ends_at_the_final_count_after_a_cancel(monkeypatch):

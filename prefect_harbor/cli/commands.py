@@ -376,7 +376,7 @@ def print_summary(summary: SweepSummary) -> None:
         for task, score in summary.per_task.items():
             table.add_row(task, str(score.rows), "-" if score.mean_reward is None else f"{score.mean_reward:.3f}")
         console.print(table)
-    rows = f"{summary.rows} rows" if summary.attempts == 1 else f"{summary.rows} trials"
+    rows = f"{summary.rows} rows" if summary.attempts == 1 else f"{summary.trials} trials"
     mean = summary.mean_phrase()
     console.print(
         f"{rows}: [green]{summary.success} success[/], [red]{summary.failure} failure[/], "

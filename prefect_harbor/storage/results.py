@@ -138,7 +138,8 @@ def to_table(results: list[RowResult]) -> pa.Table:
 
 
 class TaskScore(BaseModel):
-    rows: int
+    rows: int = Field(description="Dataset rows of this task.")
+    trials: int = Field(default=0, description="Result rows: one per row and attempt; success, failure and cancelled count them.")
     mean_reward: float | None = Field(description="Mean reward under the scoring contract: scored attempts, agent failures as 0.")
     success: int = 0
     failure: int = 0
@@ -152,7 +153,8 @@ class SweepSummary(BaseModel):
 
     run_id: str
     results_uri: str
-    rows: int
+    rows: int = Field(description="Dataset rows the run holds results for.")
+    trials: int = Field(default=0, description="Result rows: one per row and attempt; success, failure and cancelled count them.")
     success: int
     failure: int
     cancelled: int
@@ -165,15 +167,14 @@ class SweepSummary(BaseModel):
     verifier_tampering: int = Field(default=0, description="Rows with evidence that the agent tampered with its verifier.")
     local_fallback: str | None = Field(default=None, description="Local folder holding files the storage refused.")
     unsent_files: list[str] = Field(default_factory=list)
-    attempts: int = Field(default=1, description="Attempts per row; rows, success, failure and cancelled count attempts.")
+    attempts: int = Field(default=1, description="Attempts per row (trials = rows × attempts when every attempt ran).")
     statistics: RunStatistics | None = Field(default=None, description="Intervals, pass@k, tokens and cost, overall and per task (summary.json).")
     comparison: Comparison | None = Field(default=None, description="Against the previous completed sweep of the same deployment and dataset.")
     stopped_early: str | None = Field(default=None, description="Why the stopping rule (stop_at_ci_width) ended the sweep before its last attempt, when it did.")
 
     def counted(self) -> str:
         """``9 trials (3 rows × 3 attempts): 9 success, 0 failure, 0 cancelled`` (``7 rows: …`` with one attempt)."""
-        dataset_rows = self.statistics.rows if self.statistics is not None else self.rows // self.attempts
-        rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.rows} trials ({dataset_rows} rows × {self.attempts} attempts)"
+        rows = f"{self.rows} rows" if self.attempts == 1 else f"{self.trials} trials ({self.rows} rows × {self.attempts} attempts)"
         return f"{rows}: {self.success} success, {self.failure} failure, {self.cancelled} cancelled"
 
     def mean_phrase(self, no_mean: str = "no row was scored") -> str:
@@ -199,21 +200,23 @@ class SweepSummary(BaseModel):
 
     def counts(self) -> Counts:
         """The sweep's counts, as the flow run's final state names them (``6/7 rewarded, mean 0.857``)."""
-        return Counts(rows=self.rows, rewarded=self.rewarded, failed=self.failure, cancelled=self.cancelled, mean_reward=self.mean_reward)
+        return Counts(rows=self.trials, rewarded=self.rewarded, failed=self.failure, cancelled=self.cancelled, mean_reward=self.mean_reward)
 
 
 class _Mean:
     """A running mean under the scoring contract, with the counts that say what it counts."""
 
-    __slots__ = ("rows", "scored", "agent_failures", "total", "statuses", "not_scored")
+    __slots__ = ("trials", "rows", "scored", "agent_failures", "total", "statuses", "not_scored")
 
     def __init__(self) -> None:
-        self.rows, self.scored, self.agent_failures, self.total = 0, 0, 0, 0.0
+        #: Results added, and the dataset rows among them (counted by :class:`RunTally`, which knows a row's first).
+        self.trials, self.rows, self.scored, self.agent_failures, self.total = 0, 0, 0, 0, 0.0
         self.statuses: Counter[str] = Counter()
         self.not_scored: Counter[str] = Counter()
 
-    def add(self, result: RowResult) -> None:
-        self.rows += 1
+    def add(self, result: RowResult, new_row: bool) -> None:
+        self.trials += 1
+        self.rows += new_row
         self.statuses[result.status] += 1
         scoring, cause = scoring_of(vars(result))
         if scoring == "scored" and result.reward is not None and math.isfinite(result.reward):
@@ -254,19 +257,28 @@ class RunTally:
         self.rows_kept = rows_kept
         #: The first ``rows_kept`` rows to finish, as the per-row table artifact shows them.
         self.first_rows: list[dict[str, Any]] = []
+        #: One byte per dataset row index, set once a result of that row is added: rows are counted once
+        #: whatever their attempts (a megabyte for a million rows; the rows themselves are not kept).
+        self._seen = bytearray()
 
     @property
     def rows(self) -> int:
+        """Results added: one per row and attempt (the trials)."""
         return self.statuses.total()
 
     def add(self, result: RowResult) -> None:
+        index = max(result.row_index, 0)
+        if index >= len(self._seen):
+            self._seen.extend(bytes(max(index + 1 - len(self._seen), len(self._seen))))
+        new_row = not self._seen[index]
+        self._seen[index] = 1
         self.statuses[result.status] += 1
         self.tampered += bool(result.verifier_tampering)
         self.rewarded += int(result.reward is not None and result.reward > 0)
         if len(self.first_rows) < self.rows_kept:
             self.first_rows.append(table_row(result) | {"index": result.row_index})
-        self.overall.add(result)
-        self.per_task[result.task or "(none)"].add(result)
+        self.overall.add(result, new_row)
+        self.per_task[result.task or "(none)"].add(result, new_row)
         if result.status == "failure":
             category = result.err_category or "unknown"
             self.failure_counts[category] += 1
@@ -287,7 +299,8 @@ class RunTally:
         return SweepSummary(
             run_id=run_id,
             results_uri=results_uri,
-            rows=self.rows,
+            rows=self.overall.rows,
+            trials=self.rows,
             success=self.statuses["success"],
             failure=self.statuses["failure"],
             cancelled=self.statuses["cancelled"],
@@ -299,7 +312,8 @@ class RunTally:
             rewarded=self.rewarded,
             per_task={
                 task: TaskScore(
-                    rows=mean.rows, mean_reward=mean.mean, success=mean.statuses["success"], failure=mean.statuses["failure"], cancelled=mean.statuses["cancelled"],
+                    rows=mean.rows, trials=mean.trials, mean_reward=mean.mean, success=mean.statuses["success"], failure=mean.statuses["failure"],
+                    cancelled=mean.statuses["cancelled"],
                     agent_failures=mean.agent_failures, not_scored=mean.not_scored.total(),
                 )  # fmt: skip
                 for task, mean in sorted(self.per_task.items())

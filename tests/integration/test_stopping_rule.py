@@ -81,7 +81,7 @@ async def test_a_sweep_whose_interval_never_gets_narrow_enough_spends_its_attemp
     )
 
     assert dict(stand_in_trials) == {1: ROWS, 2: ROWS, 3: ROWS}
-    assert summary.attempts == 3 and summary.stopped_early is None and summary.rows == 3 * ROWS
+    assert summary.attempts == 3 and summary.stopped_early is None and (summary.rows, summary.trials) == (ROWS, 3 * ROWS)
 
 
 async def test_a_stopping_rule_on_several_hosts_is_refused_before_any_trial(tmp_path, stand_in_trials):
