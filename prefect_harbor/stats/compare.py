@@ -110,13 +110,14 @@ class Comparison(BaseModel):
     changed: list[RowChange] = Field(default_factory=list, description="Rows whose outcome changed, biggest drops first.")
 
     def of_runs(self, baseline: RunManifest | None, candidate: RunManifest | None) -> Comparison:
-        """The comparison told what the two runs' manifests say: the baseline's name, id and start, whether the datasets differ."""
+        """A copy told what the two runs' manifests say: the baseline's name, id and start, whether the datasets differ."""
+        told: dict[str, Any] = {}
         if baseline is not None:
-            self.baseline_started_at, self.baseline_run_id, self.baseline_run_name = baseline.started_at, baseline.run_id, baseline.flow_run_name
+            told.update(baseline_started_at=baseline.started_at, baseline_run_id=baseline.run_id, baseline_run_name=baseline.flow_run_name)
         if baseline is not None and candidate is not None:
             prints = baseline.dataset.get("fingerprint"), candidate.dataset.get("fingerprint")
-            self.different_datasets = None not in prints and prints[0] != prints[1]
-        return self
+            told["different_datasets"] = None not in prints and prints[0] != prints[1]
+        return self.model_copy(update=told)
 
     def baseline_label(self) -> str:
         """The baseline as a reader knows it: ``run 'oracle-examples-…' (20261201T…-0f80f944) of 2026-12-01``."""
