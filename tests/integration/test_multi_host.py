@@ -9,6 +9,7 @@ a process of its own, as the CLI's would, with ``shards=2`` (``"auto"``: one per
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -74,7 +75,8 @@ class TwoHosts:
 
     def runs(self) -> list[str]:
         self.fs.invalidate_cache()
-        return sorted(path for path in self.fs.ls(f"{BUCKET}/evals") if path.rsplit("/", 1)[-1][:1].isdigit())  # run ids start with the date
+        # Run folders are named <date>T<time>Z-<hex>; Prefect's records of failed task runs (UUIDs) sit beside them.
+        return sorted(path for path in self.fs.ls(f"{BUCKET}/evals") if RUN_ID.fullmatch(path.rsplit("/", 1)[-1]))
 
     def results(self, run: str) -> list[dict]:
         import pyarrow.parquet as pq
@@ -120,6 +122,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
         finally:
             for worker in two.workers.values():
                 terminate(worker, timeout=20, group=True)
+
+
+#: A sweep's run id (``flows/run_folder.py``): its start time and a random suffix.
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{8}")
 
 
 def dataset(path: Path, rows: list[tuple[str, str]]) -> Path:
