@@ -205,8 +205,7 @@ async def resolve_configuration(
     if attempts is not None:
         config = config.model_copy(update={"attempts": attempts})
     if stop_at_ci_width is not None:
-        config = config.model_copy(update={"stop_at_ci_width": stop_at_ci_width})
-    check_stopping(config.stop_at_ci_width, config.attempts)
+        config = config.model_copy(update={"stop_at_ci_width": stop_at_ci_width})  # checked by the sweep, with its shards and rerun
     check_process_budget(config)
     return config, block_name
 
@@ -309,12 +308,10 @@ async def run_rounds(
                     break
                 verdict = rule.after_round(number, await asyncio.to_thread(recorder.store.rows_so_far))
                 logger.info(f"Stopping rule: {verdict.reason}")
-                if verdict.stop and number < rule.attempts:
+                if verdict.stop and number < rule.attempts:  # after the last round the loop ends anyway
                     channel.tracker.forget_attempts_after(number)
                     recorder.expect(selection.info.rows * number)
-                    return scope, StoppedEarly(number, rule.attempts, verdict.reason)
-                if verdict.stop:
-                    break
+                    return scope, StoppedEarly(number, rule.attempts, verdict.finding)
         finally:
             control.cancel()
     return scope, None

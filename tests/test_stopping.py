@@ -85,7 +85,7 @@ def test_the_block_refuses_a_rule_without_attempts_to_add(tmp_path):
 def test_a_sweep_stopped_early_is_reported_with_the_attempts_it_ran(tmp_path):
     write_task(tmp_path / "tasks", "t")
     spec = HarborBackend(tasks_dir=tmp_path / "tasks", agent="oracle", stop_at_ci_width=0.2, attempts=5).spec()
-    early = StoppedEarly(2, 5, "after attempt 2 of at most 5 per row, the mean's 95% interval is 0.15 wide (0.4 to 0.55), within stop_at_ci_width 0.2: stopping")
+    early = StoppedEarly(2, 5, "the mean's 95% interval is 0.15 wide (0.4 to 0.55), within stop_at_ci_width 0.2: stopping")
     assert early.spec_of(spec).limits.attempts == 2 and spec.limits.attempts == 5
     assert early.phrase() == "stopped after 2 of at most 5 attempts per row: the mean's 95% interval is 0.15 wide (0.4 to 0.55), within stop_at_ci_width 0.2: stopping"
 

@@ -48,10 +48,15 @@ def narrow_enough(estimate: Estimate | None, width: float) -> bool:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether to stop after a round, and the sentence that says why."""
+    """Whether to stop after a round, and why: ``after attempt 2 of at most 4 per row`` (``when``), then what was found and done."""
 
     stop: bool
-    reason: str
+    when: str
+    finding: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.when}, {self.finding}"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class StoppedEarly:
 
     attempts: int
     budget: int
-    reason: str
+    #: What the rule found after the last round it ran (``Verdict.finding``).
+    finding: str
 
     def spec_of(self, config: BackendSpec) -> BackendSpec:
         """The configuration as run: ``attempts`` per row (what the statistics, pass@k and Harbor's job count)."""
@@ -68,7 +74,7 @@ class StoppedEarly:
 
     def phrase(self) -> str:
         """What the headline says: ``stopped after 2 of at most 4 attempts per row (…)``."""
-        return f"stopped after {self.attempts} of at most {self.budget} attempts per row: {self.reason.partition(', ')[2]}"
+        return f"stopped after {self.attempts} of at most {self.budget} attempts per row: {self.finding}"
 
 
 @dataclass(frozen=True)
@@ -81,14 +87,14 @@ class StopRule:
     def after_round(self, round_number: int, recorded: pa.Table) -> Verdict:
         """The verdict after attempt ``round_number`` of every row, from every result row recorded so far."""
         estimate = summarize_table(recorded, self.attempts).reward
-        of = f"after attempt {round_number} of at most {self.attempts} per row"
+        when = f"after attempt {round_number} of at most {self.attempts} per row"
         last = round_number >= self.attempts
+        then = "the attempts are spent" if last else f"running attempt {round_number + 1}"
         if estimate is None or estimate.ci95 is None:
             why = "no attempt was counted" if estimate is None else estimate.method
-            return Verdict(last, f"{of}, no interval yet ({why}): " + ("the attempts are spent" if last else f"running attempt {round_number + 1}"))
+            return Verdict(last, when, f"no interval yet ({why}): {then}")
         low, high = estimate.ci95
-        wide = high - low
-        said = f"{of}, the mean's 95% interval is {figure(wide)} wide ({figure(low)} to {figure(high)})"
+        said = f"the mean's 95% interval is {figure(high - low)} wide ({figure(low)} to {figure(high)})"
         if narrow_enough(estimate, self.width):
-            return Verdict(True, f"{said}, within stop_at_ci_width {figure(self.width)}: stopping")
-        return Verdict(last, f"{said}, wider than {figure(self.width)}: " + ("the attempts are spent" if last else f"running attempt {round_number + 1}"))
+            return Verdict(True, when, f"{said}, within stop_at_ci_width {figure(self.width)}: stopping")
+        return Verdict(last, when, f"{said}, wider than {figure(self.width)}: {then}")

@@ -44,13 +44,16 @@ class RowSpool:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-            return pa.ipc.open_stream(str(self.path)).read_all() if self.path.exists() else RESULTS_SCHEMA.empty_table()
+            return self._read()
 
     def snapshot(self) -> pa.Table:
         """Every row added so far, in the order added; the stream stays open for more."""
         with self._lock:
             self._flush()
-            return pa.ipc.open_stream(str(self.path)).read_all() if self.path.exists() else RESULTS_SCHEMA.empty_table()
+            return self._read()
+
+    def _read(self) -> pa.Table:
+        return pa.ipc.open_stream(str(self.path)).read_all() if self.path.exists() else RESULTS_SCHEMA.empty_table()
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
