@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,23 @@ def knock(host: str, port: int = 8000) -> str:
         f"python3 -c \"import socket\ntry:\n    socket.create_connection(('{host}', {port}), timeout=2).close(); print('reached')\n"
         f"except OSError as e:\n    print('refused:', e)\""
     )
+
+
+def reach_from_host(address: str, port: int, deadline: float = 90) -> None:
+    """Connect from the host to ``address:port``, trying again until ``deadline`` seconds pass.
+
+    A fresh container can take an address a removed one had; until the host's neighbour entry
+    for it is probed again (several seconds, longer on a busy machine) the host's packets go to
+    the old interface and a single short connect times out."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=5).close()
+            return
+        except OSError:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(1)
 
 
 async def fetch(env, url: str) -> str:
@@ -94,8 +112,7 @@ async def test_a_trial_cannot_reach_another_trials_services(make_environment):
     await asyncio.gather(first.start(force_build=False), second.start(force_build=False))
     try:
         address = (await first.exec(OWN_ADDRESS)).stdout.strip()
-        with socket.create_connection((address, 8000), timeout=5):
-            pass  # the host reaches A's service: it does listen on the bridge
+        await asyncio.to_thread(reach_from_host, address, 8000)  # A's service does listen on the bridge
         from_agent = (await second.exec(knock(address))).stdout.strip()
         from_service = (await podman("exec", second.service_containers["api"], "sh", "-c", knock(address))).text
         own = await fetch(second, "http://api:8000/answer.txt")
