@@ -70,7 +70,7 @@ class HarborBackend(Block):
     agent: str | None = Field(
         default=None,
         title="Agent",
-        description="A native Harbor agent: terminus-2, mini-swe-agent or oracle. For an Osmosis AgentWorkflow, leave it empty and set Workflow Agent.",
+        description="A native Harbor agent: terminus-2, mini-swe-agent, oracle or nop (does nothing). For an Osmosis AgentWorkflow, leave it empty and set Workflow Agent.",
         # An enum in the schema, so the UI offers a list and cannot save a typo ("orcale"); Python
         # gets the validator's message, and agent='module:Class' still works there (see _workflow_from_agent).
         json_schema_extra=lambda schema: _as_plain_enum(schema, NATIVE_AGENTS),
@@ -174,6 +174,14 @@ class HarborBackend(Block):
             "What evidence that the agent tampered with its verifier (shared mode: a reward file planted or rewritten, a program "
             "the tests run replaced) does to its row: 'flag' keeps the outcome and lists the evidence in verifier_tampering; "
             "'fail' makes the row a failure of category verifier_tampering."
+        ),
+    )
+    certified_tasks_only: bool = Field(
+        default=False,
+        title="Certified Tasks Only",
+        description=(
+            "Run only tasks certified for their current content (prefect-harbor certify: the oracle always rewarded, doing nothing "
+            "never) in the same results storage; the rows of any other task are not scored, with the task's verdict as the reason."
         ),
     )
     reward_range: Literal["finite"] | list[float] = Field(
@@ -383,6 +391,7 @@ class HarborBackend(Block):
             scoring=Scoring(
                 grader=self.grader, grader_config=self.grader_config, reward_key=self.reward_key, reward_range=self.reward_range, on_tampering=self.on_tampering,
                 verifier_isolation=self.verifier_isolation, verifier_artifacts=tuple(self.verifier_artifacts),
+                certified_tasks_only=self.certified_tasks_only,
             ),
             limits=Limits(
                 n_concurrent=self.n_concurrent, attempts=self.attempts, stop_at_ci_width=self.stop_at_ci_width, agent_setup_timeout_sec=self.agent_setup_timeout_sec,

@@ -31,6 +31,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.bundle import build_bundle_flow
+from prefect_harbor.flows.certify import certify_tasks
 from prefect_harbor.flows.prewarm import prewarm_flow
 
 TAGS = ["prefect-harbor", "evaluation"]
@@ -45,7 +46,7 @@ def sweep_deployments(
     cron: str = "0 2 * * *",
     interval_seconds: float | None = None,
 ) -> list[RunnerDeployment]:
-    """The on-demand sweep, bundle and prewarm deployments, plus the scheduled sweep when it has a dataset and a backend."""
+    """The on-demand sweep, bundle, prewarm and certify deployments, plus the scheduled sweep when it has a dataset and a backend."""
     limit = ConcurrencyLimitConfig(limit=max_concurrent_sweeps, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE)
     by_module = EntrypointType.MODULE_PATH
     deployments = [
@@ -61,6 +62,10 @@ def sweep_deployments(
         ),
         prewarm_flow.to_deployment(
             name="prewarm", description="Set up each task of a backend once, install-only, and report per task.", tags=TAGS, entrypoint_type=by_module
+        ),
+        certify_tasks.to_deployment(
+            name="certify", description="Certify tasks before sweeps use them: the oracle always rewarded, doing nothing never.", tags=TAGS,
+            entrypoint_type=by_module,
         ),
     ]
     if nightly_dataset and nightly_backend_block:

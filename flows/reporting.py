@@ -22,6 +22,7 @@ from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.runtime import flow_run
 
 from prefect_harbor.blocks.backend import HarborBackend
+from prefect_harbor.config import MODELLESS_AGENTS
 from prefect_harbor.flows.configuration import is_reference, referenced_block_name
 from prefect_harbor.outcome import figure, rounded
 from prefect_harbor.stats.render import comparison_markdown, statistics_markdown, summary_columns
@@ -56,7 +57,7 @@ def sweep_run_name() -> str:
 def run_tags(config: HarborBackend, block_name: str | None) -> list[str]:
     """The flow run's tags: its agent, model, task mode and backend block (filterable in the UI)."""
     tags = [f"agent:{config.agent or config.workflow_agent or 'workflow'}", f"mode:{config.task_mode}"]
-    if config.agent != "oracle":
+    if config.agent not in MODELLESS_AGENTS:
         tags.append(f"model:{(config.model_endpoint.model if config.model_endpoint else None) or config.model_name}")
     if block_name:
         tags.append(f"backend:{block_name}")

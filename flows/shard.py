@@ -23,7 +23,7 @@ from prefect_harbor.flows.reporting import PROGRESS_KEY, ROWS_KEY, Progress, Row
 from prefect_harbor.flows.run_folder import RunFolder, current_flow_run_id, start_heartbeat
 from prefect_harbor.flows.selection import Selection
 from prefect_harbor.flows.sharding import ShardSplit, heartbeat_file, status_file
-from prefect_harbor.flows.sweep import prepare_runtimes, prewarm_tasks, remove_orphaned_containers, resolve_configuration, run_lanes
+from prefect_harbor.flows.sweep import check_certifications, prepare_runtimes, prewarm_tasks, remove_orphaned_containers, resolve_configuration, run_lanes
 from prefect_harbor.host import host_name
 from prefect_harbor.rows.attempts import RowAttempt
 from prefect_harbor.rows.sources import TaskResolver
@@ -71,7 +71,8 @@ async def sweep_shard(
             tracked.setdefault(unit.row.id, []).append(unit.attempt)
         to_run = sum(map(len, tracked.values()))
         logger.info(f"Shard {shard + 1} of {shards} on {host_name()}: {to_run} attempts of {len(tracked)} rows ({len(done)} already recorded)")
-        run = await prewarm_tasks(spec, folder, split.tasks_of(shard), runtimes.redactor) if prewarm else folder.run
+        task_ids = await check_certifications(spec, folder, split.tasks_of(shard), logger)
+        run = await prewarm_tasks(spec, folder, task_ids, runtimes.redactor) if prewarm else folder.run
         plan = LanePlan.of(spec, storage, folder.run_id, to_run, rows_per_task_run)
         resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
         sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)

@@ -25,6 +25,7 @@ from prefect_harbor.agents.harness import BundleRuntime
 from prefect_harbor.agents.native import prepare_native_agent
 from prefect_harbor.blocks.backend import HarborBackend
 from prefect_harbor.blocks.storage import ResultsStorage
+from prefect_harbor.certification import CertificationStore, gate
 from prefect_harbor.config import ConfigurationError
 from prefect_harbor.flows import figures
 from prefect_harbor.flows.bundle import build_bundle_flow
@@ -61,7 +62,7 @@ from prefect_harbor.storage.control import RowTracker
 from prefect_harbor.storage.results import RowResult, RunTally, SweepSummary
 from prefect_harbor.storage.run_store import RunStore
 from prefect_harbor.tasks import SweepContext
-from prefect_harbor.trial.prewarm import PrewarmResult
+from prefect_harbor.trial.prewarm import PrewarmResult, prewarm_targets
 from prefect_harbor.trial.row_trial import RunContext
 from prefect_harbor.trial.task_env import passed_through_secrets
 
@@ -149,7 +150,8 @@ async def evaluation_sweep(
         kept = count_kept(await folder.begin(selection.info, configuration, block_name, rerun_failed), tally, tracker)  # counted, not held
         try:  # from here the manifest says Running and the heartbeat beats: whatever stops the run must say so
             await figures.open_job(folder, spec, selection.units, runtimes.redactor, logger)
-            run = await prewarm_tasks(spec, folder, selection.info.task_ids, runtimes.redactor) if prewarm and not sharded else folder.run  # shards prewarm their own
+            task_ids = await check_certifications(spec, folder, selection.info.task_ids, logger) if not sharded else []  # shards check their own
+            run = await prewarm_tasks(spec, folder, task_ids, runtimes.redactor) if prewarm and not sharded else folder.run  # and prewarm their own
             plan = LanePlan.of(spec, storage, folder.run_id, selection.units - len(kept), rows_per_task_run)
             resolver = TaskResolver(spec.sources, cache_dir=run.trials_dir / "_fetched", logger=logger)
             sweep = SweepContext(backend=spec, resolver=resolver, run=run, store=folder.store, redactor=runtimes.redactor)
@@ -251,6 +253,18 @@ def count_kept(kept: dict[tuple[int, int], RowResult], tally: RunTally, tracker:
         tally.add(result)
         tracker.set(result.row_id, result.status, result.attempt)
     return frozenset(kept)
+
+
+async def check_certifications(spec: BackendSpec, folder: RunFolder, task_ids: list[str], logger: Logger) -> list[str]:
+    """Give the run each selected task's certification (by its current content); the task ids
+    still to run: all, unless Certified Tasks Only refuses some (whose rows then fail unscored)."""
+    folders = {t.name: t.path for t in prewarm_targets(spec, task_ids) if not isinstance(t, str)}
+    store = CertificationStore(figures.results_root(folder.store), folder.storage_options)
+    found = await asyncio.to_thread(gate, folders, store, spec.scoring.certified_tasks_only)
+    folder.run = dataclasses.replace(folder.run, certifications=found.labels, uncertified=found.refused)
+    for reason in found.refused.values():
+        logger.warning(f"Certified tasks only: {reason}")
+    return [name for name in task_ids if str(folders.get(name)) not in found.refused]
 
 
 async def prewarm_tasks(config: BackendSpec, folder: RunFolder, task_ids: list[str], redactor: Redactor) -> RunContext:

@@ -24,11 +24,13 @@ TaskMode = Literal["template", "dataset"]
 #: Set (by ``prefect-harbor sweep --verbose``, or by hand for serve and workers) to keep
 #: Harbor's own per-trial log lines on the console; they are always in each trial's trial.log.
 VERBOSE_VARIABLE = "PREFECT_HARBOR_VERBOSE"
-#: The native Harbor agents the Osmosis backend binds by name.
-NativeAgentName = Literal["terminus-2", "mini-swe-agent", "oracle"]
+#: The native Harbor agents the Osmosis backend binds by name, and Harbor's ``nop`` (does nothing: ``certify`` runs it).
+NativeAgentName = Literal["terminus-2", "mini-swe-agent", "oracle", "nop"]
 NATIVE_AGENTS: tuple[str, ...] = get_args(NativeAgentName)
 #: Native agents that call a model, and so need a model endpoint.
 MODEL_AGENTS = ("terminus-2", "mini-swe-agent")
+#: Native agents that call no model: their rows have no model.
+MODELLESS_AGENTS = ("oracle", "nop")
 #: Harbor's own environment types (docker, daytona, modal, e2b, skypilot, ...).
 HARBOR_ENVIRONMENT_TYPES = frozenset(e.value for e in EnvironmentType)
 #: Osmosis's default model for model-backed agents.

@@ -64,7 +64,7 @@ def row_line(result: RowResult) -> str:
         what = "success, no reward" if result.reward is None else f"success, reward {result.reward:g}"
     else:  # ``failure, validation_error: …``; ``cancelled: cancelled while running``
         what = f"{result.status}, {result.err_category}: {result.err_message}" if result.err_category else f"{result.status}: {result.err_message}"
-    what += tampering(result)
+    what += tampering(result) + checks(result)
     archive = f"archive {result.artifact_uri or '-'}" + (f" ({result.archive_error})" if result.archive_error else "")
     attempt = f" #{result.attempt}" if result.attempt > 1 else ""  # the task run's label: attempts after the first
     tries = f" after {result.tries} tries" if result.tries > 1 else ""
@@ -76,6 +76,16 @@ def tampering(result: RowResult) -> str:
     if not result.verifier_tampering or "verifier tampering: " in (result.err_message or ""):
         return ""
     return "; verifier tampering: " + "; ".join(result.verifier_tampering)
+
+
+def checks(result: RowResult) -> str:
+    """``; checked: verifier shared, no tampering seen, task certified (sha256:…)``: what its reward was checked for, when anything was."""
+    seen = [f"verifier {result.verifier_mode}"] if result.verifier_mode else []
+    if result.verifier_tampering == []:
+        seen.append("no tampering seen")
+    if result.certification:
+        seen.append(f"task {result.certification.split('): ', 1)[0]})")
+    return f"; checked: {', '.join(seen)}" if seen else ""
 
 
 _PHASES = (

@@ -7,7 +7,7 @@ Every attempt is one of:
   verifier (``on_tampering = "fail"``) before a reward could be given; the mean counts it as 0,
   as Harbor's viewer does. An agent that crashes must not look better than one that scores 0.
 - **not scored**: the row, the task's setup or build, the sandbox, the model endpoint, the
-  verifier or the sweep itself failed; nothing was measured of the agent, so the mean leaves it
+  verifier or the sweep itself failed, or the task is not certified (``certified_tasks_only``); nothing was measured of the agent, so the mean leaves it
   out, and every figure says how many and why (its *cause*). Not when the agent could have
   caused it: once the agent has run, its sandbox is its own, so that sandbox failing, or a
   verifier or grader that shares it (Harbor's shared verifier mode) failing, is an agent
@@ -32,7 +32,7 @@ Scoring = Literal["scored", "agent_failure", "not_scored", "cancelled"]
 #: Harbor's failure causes that measured nothing of the agent, and the word a figure shows for each.
 NOT_SCORED_CAUSES = {"sandbox_failed": "sandbox", "model_provider_failed": "model_endpoint", "harbor_failed": "sweep", "verifier_failed": "verifier"}
 #: The phases before the agent ran: a failure there is the row's, the task's or the sandbox's.
-SETUP_PHASES = {"setup": "setup", "environment_setup": "sandbox", "agent_setup": "agent_setup"}
+SETUP_PHASES = {"setup": "setup", "environment_setup": "sandbox", "agent_setup": "agent_setup", "certification": "uncertified"}
 #: Osmosis's categories of a failure that is the agent's own.
 AGENT_CATEGORIES = frozenset({"agent_error", "timeout", "verifier_tampering"})
 #: Causes the agent may have brought about once it has run: its sandbox's, and a verifier's or grader's that shares it.

@@ -100,6 +100,8 @@ class Scoring(_Part):
     on_tampering: OnTampering = "flag"
     verifier_isolation: Literal["shared", "separate"] = "shared"
     verifier_artifacts: tuple[str, ...] = ()
+    #: Rows of a task with no ``certified`` verdict for its current content are not scored.
+    certified_tasks_only: bool = False
 
 
 class Limits(_Part):

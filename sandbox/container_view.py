@@ -106,24 +106,89 @@ def _read(path: str, limit: int) -> bytes:
         return handle.read(limit)
 
 
-def lstat_inside(root: Path, path: PurePosixPath | str) -> os.stat_result | None:
-    """``lstat`` of ``path`` in the container whose root file system is ``root``, or None when it
-    does not exist or a folder on the way to it is not a plain folder (a link is never followed)."""
-    parts = PurePosixPath(path).parts[1:]
+def _parts(path: PurePosixPath | str) -> tuple[str, ...] | None:
+    """The names on the way to the absolute ``path``, or None when one is ``..`` (which would leave
+    the root file system: the host's view of it is a folder of the host's)."""
+    parts = PurePosixPath(path).parts
+    if not parts or parts[0] != "/" or ".." in parts:
+        return None
+    return parts[1:]
+
+
+def _folder(root: Path, names: tuple[str, ...]) -> int | None:
+    """A descriptor of the folder reached from ``root`` through ``names``, each a plain folder (no
+    link followed), or None. The caller closes it."""
     try:
         current = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
+    for name in names:
+        try:
+            following = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
+        except OSError:
+            following = None
+        os.close(current)
+        if following is None:
+            return None
+        current = following
+    return current
+
+
+def _at[T](root: Path, path: PurePosixPath | str, act: Callable[[str, int], T]) -> T | None:
+    """``act(name, folder)`` with the last name of ``path`` and a descriptor of the folder holding it
+    (reached as :func:`_folder` reaches it); None when it cannot be reached or ``act`` fails."""
+    parts = _parts(path)
+    if not parts:
+        return None
+    folder = _folder(root, parts[:-1])
+    if folder is None:
+        return None
     try:
-        for part in parts[:-1]:
-            following = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
-            os.close(current)
-            current = following
-        return os.stat(parts[-1], dir_fd=current, follow_symlinks=False) if parts else os.fstat(current)
+        return act(parts[-1], folder)
     except OSError:
         return None
     finally:
-        os.close(current)
+        os.close(folder)
+
+
+def lstat_inside(root: Path, path: PurePosixPath | str) -> os.stat_result | None:
+    """``lstat`` of ``path`` in the container whose root file system is ``root``, or None when it
+    does not exist or a folder on the way to it is not a plain folder (a link is never followed)."""
+    if _parts(path) == ():
+        try:
+            return os.stat(root)
+        except OSError:
+            return None
+    return _at(root, path, lambda name, folder: os.stat(name, dir_fd=folder, follow_symlinks=False))
+
+
+def open_inside(root: Path, path: PurePosixPath | str) -> int | None:
+    """A read-only descriptor of the regular file ``path`` in the container whose root file system
+    is ``root``, or None when it is not one (a link, a FIFO or a device is never opened for reading,
+    and no link on the way is followed). The caller closes it."""
+    handle = _at(root, path, lambda name, folder: os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder))
+    if handle is not None and not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        return None
+    return handle
+
+
+def list_inside(root: Path, folder: PurePosixPath | str) -> list[str]:
+    """The names in ``folder`` of the container whose root file system is ``root`` (none when it is
+    not a plain folder reached without links)."""
+    parts = _parts(folder)
+    handle = _folder(root, parts) if parts is not None else None
+    if handle is None:
+        return []
+    try:
+        return sorted(os.listdir(handle))
+    finally:
+        os.close(handle)
+
+
+def readlink_inside(root: Path, path: PurePosixPath | str) -> str | None:
+    """Where the link ``path`` points (its text, not followed), or None when it is not a link."""
+    return _at(root, path, lambda name, folder: os.readlink(name, dir_fd=folder))
 
 
 def is_folder(found: os.stat_result | None) -> bool:

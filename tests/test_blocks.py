@@ -95,7 +95,7 @@ def test_neither_agent_nor_bundle():
 def test_the_ui_offers_native_agents_as_a_list_and_workflows_as_an_import_path():
     """An enum is what the Prefect UI's block form enforces (it saves any text, patterns unchecked)."""
     properties = HarborBackend.model_json_schema()["properties"]
-    assert properties["agent"]["enum"] == ["terminus-2", "mini-swe-agent", "oracle"]
+    assert properties["agent"]["enum"] == ["terminus-2", "mini-swe-agent", "oracle", "nop"]
     (workflow,) = [branch for branch in properties["workflow_agent"]["anyOf"] if branch.get("type") != "null"]
     assert re.match(workflow["pattern"], "my_project.workflow:MyWorkflow") and not re.match(workflow["pattern"], "orcale")
 

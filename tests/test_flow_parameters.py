@@ -5,7 +5,7 @@ from prefect.utilities.callables import parameter_schema
 
 from prefect_harbor.blocks import ResultsStorage
 from prefect_harbor.config import ConfigurationError
-from prefect_harbor.flows import evaluation_sweep
+from prefect_harbor.flows import certify_tasks, evaluation_sweep
 from prefect_harbor.flows.configuration import resolve_storage
 
 
@@ -18,10 +18,19 @@ def test_each_block_has_a_picker_and_a_by_name_field():
         assert schema["properties"][by_name]["anyOf"][0]["type"] == "string"
 
 
-def test_parameter_help_has_no_raw_backticks():
+@pytest.mark.parametrize("flow", [evaluation_sweep, certify_tasks], ids=["sweep", "certify"])
+def test_parameter_help_has_no_raw_backticks(flow):
     """The UI shows descriptions as written: ``x`` would appear with its backticks."""
-    schema = parameter_schema(evaluation_sweep.fn).model_dump()
+    schema = parameter_schema(flow.fn).model_dump()
     assert not [name for name, field in schema["properties"].items() if "`" in field.get("description", "")]
+    assert all(field.get("description") for field in schema["properties"].values()), "every parameter says what it is in the form"
+
+
+def test_the_certify_form_picks_its_storage_block_or_takes_its_name():
+    schema = parameter_schema(certify_tasks.fn).model_dump()
+    (reference,) = [branch["$ref"] for branch in schema["properties"]["storage"]["anyOf"] if "$ref" in branch]
+    assert schema["definitions"][reference.rsplit("/", 1)[1]]["block_type_slug"] == "results-storage"
+    assert schema["properties"]["runs"]["default"] == 3 and schema["properties"]["tasks_dir"]["type"] == "string"
 
 
 async def test_storage_given_twice_is_refused_and_a_picked_block_is_used_as_is(tmp_path):
@@ -50,7 +59,7 @@ def test_no_flow_and_task_share_a_name():
                     names["flow"].add(value.name)
                 elif isinstance(value, Task):
                     names["task"].add(value.name)
-    assert {"evaluation-sweep", "build-bundle", "prewarm"} <= names["flow"]
+    assert {"evaluation-sweep", "build-bundle", "prewarm", "certify-tasks"} <= names["flow"]
     assert {"build-bundle-wheel", "prewarm-trial", "trial", "inspect-dataset"} <= names["task"], names["task"]
     assert names["flow"] & names["task"] == set()
 

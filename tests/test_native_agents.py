@@ -189,7 +189,7 @@ def test_empty_endpoint_is_refused(agent, url, prepared):
 
 
 def test_unknown_native_agent_is_refused(endpoint):
-    with pytest.raises(ConfigurationError, match=r"unknown native agent 'claude-code'; registered: \['mini-swe-agent', 'oracle', 'terminus-2'\]"):
+    with pytest.raises(ConfigurationError, match=r"unknown native agent 'claude-code'; registered: \['mini-swe-agent', 'nop', 'oracle', 'terminus-2'\]"):
         native_agent_config("claude-code", "m", endpoint, {})
     with pytest.raises(ConfigurationError, match="unknown native agent"):
         prepare_native_agent("claude-code")

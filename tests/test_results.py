@@ -188,7 +188,8 @@ def test_the_results_schema_derived_from_the_model_is_the_documented_one():
         ("environment_setup_sec", pa.float64()), ("agent_setup_sec", pa.float64()), ("agent_sec", pa.float64()), ("verifier_sec", pa.float64()),
         ("total_sec", pa.float64()), ("input_tokens", pa.int64()), ("cached_tokens", pa.int64()), ("output_tokens", pa.int64()),
         ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("host", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),
-        ("artifact_uri", pa.string()), ("archive_error", pa.string()), ("verifier_tampering", pa.list_(pa.string())),
+        ("artifact_uri", pa.string()), ("archive_error", pa.string()), ("certification", pa.string()),
+        ("verifier_tampering", pa.list_(pa.string())),
         ("started_at", pa.timestamp("us", tz="UTC")), ("finished_at", pa.timestamp("us", tz="UTC")),
     ])  # fmt: skip
     assert RESULTS_SCHEMA.equals(documented), RESULTS_SCHEMA

@@ -1,10 +1,13 @@
 """A row's verdict on its verifier (issue 28): the sandbox's evidence of tampering becomes the
 verifier_tampering column, and on_tampering flags or fails the row; the summary counts them."""
 
+import hashlib
 import os
 
 from prefect_harbor.outcome import describe, row_line, table_row
-from prefect_harbor.sandbox.container_view import lstat_inside
+from prefect_harbor.sandbox.container_view import list_inside, lstat_inside, open_inside, readlink_inside
+from prefect_harbor.sandbox.package_records import PackageRecords
+from prefect_harbor.sandbox.program_changes import explained_by_package, finding
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.storage.results import RowResult, RunTally
 from prefect_harbor.trial.tampering import judge
@@ -61,3 +64,78 @@ def test_looking_inside_a_container_never_follows_a_planted_link(tmp_path):
     os.symlink(tmp_path / "host-secret", root / "logs" / "verifier")
     assert lstat_inside(root, "/logs/verifier/reward.json") is None
     assert lstat_inside(root, "/logs/verifier") is not None  # the link itself
+
+
+def test_reading_inside_a_container_opens_only_regular_files_and_never_leaves_its_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "plain").write_text("ok")
+    (tmp_path / "host-file").write_text("host")
+    os.symlink(tmp_path / "host-file", root / "etc" / "link")
+    os.mkfifo(root / "etc" / "fifo")  # opening it for reading would block the sandbox
+    handle = open_inside(root, "/etc/plain")
+    assert handle is not None and os.read(handle, 10) == b"ok"
+    os.close(handle)
+    assert open_inside(root, "/etc/link") is None and open_inside(root, "/etc/fifo") is None
+    assert open_inside(root, "/../host-file") is None and open_inside(root, "/etc/../../host-file") is None
+    assert lstat_inside(root, "/../host-file") is None and list_inside(root, "/..") == []
+    assert readlink_inside(root, "/etc/link") == str(tmp_path / "host-file") and readlink_inside(root, "/etc/plain") is None
+    assert list_inside(root, "/etc") == ["fifo", "link", "plain"]
+
+
+def package_root(tmp_path, files: dict[str, bytes], records: dict[str, dict[str, bytes]]):
+    """A container root with ``files`` and dpkg's ``records`` (package -> path -> the bytes it recorded)."""
+    root = tmp_path / "root"
+    for path, content in files.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_bytes(content)
+    info = root / "var/lib/dpkg/info"
+    info.mkdir(parents=True, exist_ok=True)
+    for package, recorded in records.items():
+        lines = [f"{hashlib.md5(content).hexdigest()}  {path.lstrip('/')}\n" for path, content in recorded.items()]
+        (info / f"{package}.md5sums").write_text("".join(lines))
+    return root
+
+
+def test_a_file_is_its_packages_when_its_bytes_match_dpkgs_record(tmp_path):
+    root = package_root(
+        tmp_path, {"/usr/sbin/ip": b"ip v6", "/usr/bin/awk-forged": b"#!/bin/sh\necho 1", "/usr/bin/mawk": b"mawk"},
+        {"iproute2:amd64": {"/bin/ip": b"ip v6", "/usr/sbin/ip": b"ip v6"}, "mawk": {"/usr/bin/mawk": b"mawk v1"}},
+    )  # fmt: skip
+    records = PackageRecords(root)
+    assert records.owner("/usr/sbin/ip") == "iproute2", "recorded, and its bytes match"
+    assert records.owner("/usr/bin/mawk") is None, "recorded with other bytes: changed since its package put it there"
+    assert records.owner("/usr/bin/awk-forged") is None, "no package records it"
+
+
+def test_the_merged_usr_aliases_a_record(tmp_path):
+    root = package_root(tmp_path, {"/usr/bin/ip": b"ip"}, {"iproute2": {"/bin/ip": b"ip"}})
+    assert PackageRecords(root).owner("/usr/bin/ip") == "iproute2"
+
+
+def test_a_python_zip_and_a_repointed_alternative_are_findings_unless_a_package_explains_them(tmp_path):
+    root = package_root(tmp_path, {"/usr/bin/gawk": b"gawk", "/app/evil.sh": b"#!/bin/sh"}, {"gawk": {"/usr/bin/gawk": b"gawk"}})
+    (root / "etc/alternatives").mkdir(parents=True)
+    os.symlink("/app/evil.sh", root / "etc/alternatives/awk")
+    os.symlink("/usr/bin/gawk", root / "etc/alternatives/nawk")
+    os.symlink("../../usr/bin/gawk", root / "etc/alternatives/gawk-relative")
+    records = PackageRecords(root)
+    assert finding("C", "/etc/alternatives/awk", root) == "re-pointed /etc/alternatives/awk to /app/evil.sh"
+    assert not explained_by_package("/etc/alternatives/awk", root, records)
+    assert explained_by_package("/etc/alternatives/nawk", root, records) and explained_by_package("/etc/alternatives/gawk-relative", root, records)
+    assert finding("A", "/usr/lib/python311.zip", root) == "added /usr/lib/python311.zip (Python looks for its standard library there first)"
+    assert finding("A", "/usr/lib/python3/dist-packages/x.py", root) is None, "an added module changes nothing the image's commands do"
+
+
+def test_a_link_is_its_packages_when_listed_and_leading_to_a_file_of_a_package(tmp_path):
+    root = package_root(tmp_path, {"/usr/bin/ip": b"ip", "/usr/bin/dash": b"dash"}, {"iproute2": {"/bin/ip": b"ip"}, "dash": {"/usr/bin/dash": b"dash"}})
+    (root / "var/lib/dpkg/info/iproute2.list").write_text("/.\n/bin\n/bin/ip\n/sbin\n/sbin/ip\n")
+    (root / "usr/sbin").mkdir(parents=True)
+    (root / "usr/local/bin").mkdir(parents=True)
+    os.symlink("/bin/ip", root / "usr/sbin/ip")  # Debian 12's iproute2: /sbin/ip -> /bin/ip, both under the merged /usr
+    os.symlink("/usr/bin/dash", root / "usr/local/bin/bash")  # a genuine file, but no package put this link here
+    os.symlink("/usr/sbin/ip", root / "usr/sbin/loop")
+    records = PackageRecords(root)
+    assert records.owner("/usr/sbin/ip") == "iproute2"
+    assert records.owner("/usr/local/bin/bash") is None, "a link no package lists is not explained, whatever it leads to"
+    assert records.owner("/usr/sbin/loop") is None

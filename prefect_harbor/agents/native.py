@@ -16,7 +16,7 @@ the rollout's model endpoint in its own way:
   a Python build; here it is :class:`~prefect_harbor.agents.prepared_mini_swe_agent.PreparedMiniSweAgent`, which uses a virtual
   environment prepared once on the host (:func:`prepare_native_agent`) and mounted
   read-only into every sandbox.
-* ``oracle`` runs the task's reference solution: no model, no endpoint.
+* ``oracle`` runs the task's reference solution and ``nop`` does nothing: no model, no endpoint.
 
 Endpoint wiring beats the user's ``native_agent_kwargs`` (a user ``api_base`` is
 overridden); the user's ``llm_kwargs`` are merged under the key. A model agent with no
@@ -91,7 +91,7 @@ def native_agent_config(
     if user_kwargs is not None and not isinstance(user_kwargs, dict):
         raise ConfigurationError(f"native_agent_kwargs: must be a mapping, got {type(user_kwargs).__name__}.")
     kwargs = copy.deepcopy(dict(user_kwargs or {}))
-    if agent not in MODEL_AGENTS:  # oracle: no model, no endpoint
+    if agent not in MODEL_AGENTS:  # oracle, nop: no model, no endpoint
         return NativeAgentSetup(agent=AgentConfig(name=agent, model_name=model_name, kwargs=kwargs))
     url, key = _endpoint_parts(agent, endpoint)
     model = litellm_model_name(model_name or (endpoint.model if endpoint else None) or DEFAULT_MODEL_NAME)

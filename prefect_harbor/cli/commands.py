@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import json
 import logging
 import os
 import signal
@@ -79,7 +80,7 @@ Mode = Annotated[
     typer.Option(help="template: the prompt becomes instruction.md; dataset: metadata.harbor_task_id picks the task. Default: template for one task, dataset for a "
         "folder of tasks."),
 ]
-Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent) or module:Class.")]
+Agent = Annotated[str, typer.Option(help="Native agent (oracle, terminus-2, mini-swe-agent, nop) or module:Class.")]
 Grader = Annotated[str | None, typer.Option(help="An Osmosis Grader 'module:Class' for tasks without tests/test.sh.")]
 BackendBlock = Annotated[str | None, typer.Option(help="Use a saved Harbor Backend block instead of the flags above.")]
 CodeDir = Annotated[Path | None, typer.Option(help="The workflow's project (pyproject.toml + one package); inferred from --agent when omitted.")]
@@ -225,6 +226,9 @@ def sweep(
     model_api_key_env: KeyEnv = None,
     backend_block: BackendBlock = None,
     force_build: ForceBuild = False,
+    certified_only: Annotated[
+        bool, typer.Option("--certified-only", help="Run only tasks certified for their current content (prefect-harbor certify); other tasks' rows are not scored.")
+    ] = False,
     results: Annotated[str, typer.Option(help="Results root: a local path or an fsspec URL.")] = "results",
     storage_block: Annotated[str | None, typer.Option(help="Write results to a saved Results Storage block instead of --results.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default: the backend's n_concurrent, 4).")] = None,
@@ -264,7 +268,7 @@ def sweep(
     backend = load_backend(
         backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir, workflow_config=workflow_config, grader_config=grader_config,
         bundle=bundle, model=model, model_endpoint=model_endpoint, model_base_url=model_base_url, model_api_key_env=model_api_key_env,
-        force_build=force_build or None,
+        force_build=force_build or None, certified_tasks_only=certified_only or None,
     )  # fmt: skip
     if rerun_agent_failures and not rerun_failed:
         raise fail(RERUN_ALONE)
@@ -300,6 +304,60 @@ def sweep(
     if state.is_cancelled():
         err.print(f"[yellow]cancelled:[/] {state.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=130)
+
+
+@app.command()
+def certify(
+    tasks_dir: Annotated[Path, typer.Option(help="A folder of Harbor tasks (each a folder with a task.toml).")],
+    task: Annotated[list[str] | None, typer.Option(help="Only this task (a folder name under --tasks-dir); repeat for more.")] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Attempts per task for each agent (the oracle, then nop).")] = 3,
+    results: Annotated[str, typer.Option(help="Results root (a local path or an fsspec URL): where certifications are kept, and sweeps look.")] = "results",
+    storage_block: Annotated[str | None, typer.Option(help="Keep them in a saved Results Storage block instead of --results.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Trials running at once (default 4).")] = None,
+    reward_key: Annotated[str, typer.Option(help="The verifier's key that is the reward, for tasks that write no 'reward' key.")] = "reward",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the certifications as one JSON list on stdout.")] = False,
+) -> None:
+    """Certify tasks before a sweep uses them: the oracle always rewarded, an agent doing nothing never.
+
+    Each task's certification is kept by its content digest; `sweep --certified-only` runs only certified tasks."""
+    _prefect_defaults()
+    from prefect_harbor.flows import certify_tasks
+
+    with temporary_server():
+        state = asyncio.run(
+            certify_tasks(
+                tasks_dir=str(tasks_dir), runs=runs, tasks=task or None, results=results, storage_block=storage_block, concurrency=concurrency,
+                reward_key=reward_key, return_state=True,
+            )  # fmt: skip
+        )
+    certifications = state.result(raise_on_failure=False)
+    if isinstance(certifications, ConfigurationError):
+        raise fail(str(certifications))
+    if isinstance(certifications, BaseException):
+        err.print(f"[bold red]error:[/] {escape(str(certifications))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=130 if state.is_cancelled() else 1)
+    if as_json:
+        typer.echo(json.dumps([c.model_dump(mode="json") for c in certifications]))
+        return
+    print_certifications(certifications)
+
+
+def print_certifications(certifications) -> None:
+    from prefect_harbor.certification import table_rows
+
+    console = VisibleConsole()
+    rows = [{k: v for k, v in row.items() if k != "digest"} for row in table_rows(certifications)]  # the digest is in --json and the files
+    table = Table(title="Certification", title_justify="left")
+    for column in rows[0]:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(str(value)) for value in row.values()))
+    console.print(table)
+    for certification in certifications:
+        if certification.verdict != "certified":
+            console.print(f"[yellow]{certification.verdict}[/] {escape(certification.task)}: {escape(certification.reason)}", highlight=False, soft_wrap=True)
+    certified = sum(c.verdict == "certified" for c in certifications)
+    console.print(f"{certified} of {len(certifications)} task(s) certified", highlight=False)
 
 
 @app.command()

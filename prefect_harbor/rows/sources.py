@@ -32,9 +32,11 @@ type TaskRef = GitTaskId | LocalTaskId | PackageTaskId
 class RowRejected(Exception):
     """A row that cannot become a trial; it is recorded as a failure with this reason."""
 
-    def __init__(self, message: str, category: ErrorCategory = "validation_error"):
+    def __init__(self, message: str, category: ErrorCategory = "validation_error", phase: str = "setup"):
         super().__init__(message)
         self.category = category
+        #: The phase the failure is recorded in: ``setup``, or ``certification`` (the task is not certified).
+        self.phase = phase
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,9 @@ class RowResult(BaseModel):
     trial_dir: str | None = Field(default=None, description="Local trial directory, when it was kept.")
     artifact_uri: str | None = Field(default=None, description="Where the row's archive (logs, artifacts, diagnostics) is.")
     archive_error: str | None = Field(default=None, description="Why the row's archive is missing or incomplete; the outcome stands.")
+    certification: str | None = Field(
+        default=None, description="The task's certification for its content (prefect-harbor certify): verdict, digest and counts; null when none exists."
+    )
     verifier_tampering: list[str] | None = Field(
         default=None, description="Evidence that the agent tampered with its verifier, a short line each; empty when checked and clean, null when not checked."
     )

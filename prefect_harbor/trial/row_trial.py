@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from prefect_harbor.agents.harness import BundleRuntime, container_input, harness_agent_config, read_container_result, stage_grader
 from prefect_harbor.agents.native import native_agent_config
 from prefect_harbor.bounds import read_tail
-from prefect_harbor.config import DEFAULT_MODEL_NAME, own_verifier
+from prefect_harbor.certification import CERTIFY_FIX
+from prefect_harbor.config import DEFAULT_MODEL_NAME, MODELLESS_AGENTS, own_verifier
 from prefect_harbor.host import host_name
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
@@ -55,6 +56,10 @@ class RunContext:
     mounts: tuple[dict, ...] = ()
     #: Task name -> why its prewarm failed: its rows fail at once with that reason.
     prewarm_failures: dict[str, str] = field(default_factory=dict)
+    #: Task folder -> its certification's label, for tasks certified (whatever the verdict) for their current content.
+    certifications: dict[str, str] = field(default_factory=dict)
+    #: Task folder -> why its rows are not run (Certified Tasks Only): any selected task not certified.
+    uncertified: dict[str, str] = field(default_factory=dict)
 
     @property
     def tasks_copy_dir(self) -> Path:
@@ -215,10 +220,10 @@ def build_trial_config(backend: BackendSpec, row: DatasetRow, task_path: Path, r
 def model_for(backend: BackendSpec, row: DatasetRow | None) -> str | None:
     """The row's model: ``metadata.harbor_model`` (native agents), else the backend's, else the endpoint's default.
 
-    Oracle needs none. Without a row: the model rows get when they name none.
+    Oracle and nop need none. Without a row: the model rows get when they name none.
     """
     native = backend.native
-    if native is not None and native.name == "oracle":
+    if native is not None and native.name in MODELLESS_AGENTS:
         return None
     override = row.metadata.get("harbor_model") if native is not None and row is not None else None
     if override:
@@ -249,15 +254,18 @@ async def run_row(
     started = datetime.now().astimezone()
     try:
         task = await resolver.resolve(row)
-        base = base.model_copy(update={"task": task.name, "trial_name": trial_name})
+        base = base.model_copy(update={"task": task.name, "trial_name": trial_name, "certification": run.certifications.get(str(task.path))})
         if task.name in run.prewarm_failures:
             raise RowRejected(f"task {task.name} failed prewarm: {run.prewarm_failures[task.name]}")
+        if backend.scoring.certified_tasks_only and (str(task.path) in run.uncertified or str(task.path) not in run.certifications):
+            why = run.uncertified.get(str(task.path)) or f"task {task.name} ({task.path}) is not under tasks_dir, so it cannot be certified; {CERTIFY_FIX}"
+            raise RowRejected(why, phase="certification")
         task_path = await asyncio.to_thread(prepare_task, row, backend, task, run.tasks_copy_dir / trial_name, logger, run.bundle)
         if isinstance(backend.agent, WorkflowAgent):
             await asyncio.to_thread(stage_workflow_input, row, backend, run.input_path(trial_name))
         trial = await Trial.create(build_trial_config(backend, row, task_path, run, trial_name))
     except RowRejected as rejected:
-        return _failed(base, rejected.category, str(rejected), started)
+        return _failed(base, rejected.category, str(rejected), started, phase=rejected.phase)
     except Exception as error:  # Trial.create raises whatever the task or environment raised
         return _failed(base, "validation_error", f"{type(error).__name__}: {error}", started, type(error).__name__)
     if on_grading is not None:
@@ -326,12 +334,14 @@ def release_trial(result: RowResult, backend: BackendSpec, run: RunContext) -> R
     return result.model_copy(update={"trial_dir": None})
 
 
-def _failed(base: RowResult, category: ErrorCategory, message: str, started: datetime, exception_type: str | None = None) -> RowResult:
+def _failed(
+    base: RowResult, category: ErrorCategory, message: str, started: datetime, exception_type: str | None = None, phase: str = "setup"
+) -> RowResult:
     return base.model_copy(
         update={
             "err_category": category,
             "err_message": message,
-            "err_phase": "setup",
+            "err_phase": phase,
             "exception_type": exception_type,
             "failure_cause": failure_cause(exception_type),
             "started_at": started,
