@@ -79,7 +79,7 @@ def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(regis
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     open_form(page, registered, "harbor-backend", screenshots)
     options = open_list(page, "Agent")
-    assert sorted(text.strip() for text in options.all_inner_texts()) == ["None", "mini-swe-agent", "oracle", "terminus-2"]
+    assert sorted(text.strip() for text in options.all_inner_texts()) == ["None", "mini-swe-agent", "nop", "oracle", "terminus-2"]
     page.locator(".p-combobox__text-input input").last.fill("orcale")
     page.wait_for_timeout(500)
     page.screenshot(path=screenshots / "block-form-agent-orcale.png", full_page=True)
