@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import subprocess
 import tarfile
@@ -185,6 +186,9 @@ async def run_build(job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Co
         await asyncio.to_thread(ensure_watchdog)  # the builder goes with its owner, like a trial's container
         try:
             done = await podman(*argv, timeout=timeout_sec)
+            if done.returncode != 0 and runtime_could_not_start(done.stderr):
+                await podman("rm", "--force", "--time", "0", name)
+                done = await podman(*argv, timeout=timeout_sec)
         except (TimeoutError, asyncio.CancelledError):
             await asyncio.shield(podman("rm", "--force", "--time", "0", name))
             raise
@@ -200,6 +204,17 @@ async def run_build(job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Co
         if loaded.returncode != 0:
             return Completed(loaded.returncode, done.stdout, done.stderr + b"\nloading the built image failed: " + loaded.stderr)
         return done
+
+
+#: What runc says when it could not start a container for a reason of the host's moment, not the
+#: build's: sealing its own copy (a memfd) failed while the machine was busy. Seen under load in CI.
+_RUNTIME_BUSY = re.compile(rb"^(?=[^\n]*runc)(?=[^\n]*memfd)[^\n]*(resource busy|temporarily unavailable)", re.IGNORECASE | re.MULTILINE)
+
+
+def runtime_could_not_start(stderr: bytes) -> bool:
+    """Whether the builder's container never started because the runtime was momentarily busy:
+    the build never ran, so it is tried once more (a build's own failure is never retried)."""
+    return _RUNTIME_BUSY.search(stderr) is not None
 
 
 async def _run_argv(

@@ -76,15 +76,20 @@ def test_a_private_folder_that_is_a_link_is_refused(tmp_path):
     assert made.stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("leave", ["link", "folder", "nothing", "retagged"])
-def test_an_output_the_builder_left_as_a_link_or_naming_other_images_is_not_loaded(tmp_path, monkeypatch, leave):
-    """A builder a step took over writes its output folder: podman (host root) must not follow a link out of it."""
+@pytest.fixture
+def builder_without_engine(tmp_path, monkeypatch) -> None:
+    """run_build with everything but its podman calls (which each test stands in for) made harmless."""
     monkeypatch.setenv("PREFECT_HARBOR_BUILDER_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(builder, "ensure_builder_image", lambda: "builder:image")
     monkeypatch.setattr(builder, "ensure_network", lambda: "prefect-harbor")
     monkeypatch.setattr(builder, "seccomp_profile", lambda: None)
     monkeypatch.setattr(builder, "_owned_by_builder", lambda path: (path.mkdir(parents=True, exist_ok=True), path)[1])
     monkeypatch.setattr(builder, "ensure_watchdog", lambda: None)
+
+
+@pytest.mark.parametrize("leave", ["link", "folder", "nothing", "retagged"])
+def test_an_output_the_builder_left_as_a_link_or_naming_other_images_is_not_loaded(tmp_path, monkeypatch, leave, builder_without_engine):
+    """A builder a step took over writes its output folder: podman (host root) must not follow a link out of it."""
     secret = tmp_path / "host-secret"
     secret.write_text("not for the builder")
     calls: list[tuple[str, ...]] = []
@@ -133,3 +138,23 @@ def _docker_archive(path: Path, manifests: list[bytes]) -> Path:
 def test_the_names_an_archive_would_give_are_read_before_it_is_loaded(tmp_path, manifests, names):
     """podman load tags whatever the archive names; run_build loads only an archive naming its own tag alone."""
     assert builder._archive_names(_docker_archive(tmp_path / "image.tar", manifests)) == names
+
+
+#: What runc printed when a builder could not start on a busy CI machine, and a build's own failure.
+RUNC_BUSY = b"Error: runc: runc create failed: unable to start container process: Close_Fd sealing memfd copy: device or resource busy: OCI runtime error\n"
+BUILD_FAILED = b"error building at STEP \"RUN make\": exit status 2\n"
+
+
+@pytest.mark.parametrize(("first", "runs"), [(RUNC_BUSY, 2), (BUILD_FAILED, 1)], ids=["runtime-busy", "build-failed"])
+def test_a_builder_the_runtime_could_not_start_is_started_once_more_a_failed_build_is_not(tmp_path, monkeypatch, first, runs, builder_without_engine):
+    calls: list[str] = []
+
+    async def engine(*args: str, timeout: float | None = None) -> builder.Completed:
+        calls.append(args[0])
+        return builder.Completed(1, b"", first) if calls.count("run") == 1 else builder.Completed(1, b"", b"second run")
+
+    monkeypatch.setattr(builder, "podman", engine)
+    (tmp_path / "context").mkdir()
+    done = asyncio.run(builder.run_build(builder.BuildJob(tmp_path / "context", "FROM scratch\n", "localhost/prefect-harbor/task:x"), timeout_sec=60, pids_limit=64))
+    assert calls.count("run") == runs and done.stderr == (b"second run" if runs == 2 else first)
+    assert not builder.runtime_could_not_start(b"runc: memfd\n") and builder.runtime_could_not_start(RUNC_BUSY)
