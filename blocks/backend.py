@@ -26,6 +26,7 @@ from prefect_harbor.config import (
 from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
 from prefect_harbor.stats.stopping import check_stopping
 from prefect_harbor.storage.archive import ArchiveLimits, MiB
+from prefect_harbor.task_folders import is_task, tasks_in
 from prefect_harbor.trial import reward_key
 from prefect_harbor.trial.tampering import OnTampering
 
@@ -243,7 +244,7 @@ class HarborBackend(Block):
         """One default everywhere (block, CLI, code): the mode tasks_dir's shape implies."""
         if isinstance(data, dict) and data.get("task_mode") in (None, "") and data.get("tasks_dir"):
             tasks_dir = Path(str(data["tasks_dir"])).expanduser()
-            data = {**data, "task_mode": "template" if (tasks_dir / "task.toml").is_file() else "dataset"}
+            data = {**data, "task_mode": "template" if is_task(tasks_dir) else "dataset"}
         return data
 
     @field_validator("tasks_dir")
@@ -335,18 +336,18 @@ class HarborBackend(Block):
         return self
 
     def _check_tasks_dir(self) -> None:
-        is_task = (self.tasks_dir / "task.toml").is_file()
+        one_task = is_task(self.tasks_dir)
         if self.task_mode == "template":
-            if not is_task:
+            if not one_task:
                 raise ConfigurationError(f"tasks_dir: {self.tasks_dir} has no task.toml; template mode needs one Harbor task directory.")
             if self.grader is None and own_verifier(self.tasks_dir) is None:
                 raise ConfigurationError(
                     f"tasks_dir: task {self.tasks_dir.name} has no reward source: add tests/test.sh to it, or configure a grader."
                 )
             return
-        if is_task:
+        if one_task:
             raise ConfigurationError(f"tasks_dir: {self.tasks_dir} is a single task; use task_mode 'template', or point tasks_dir at its parent folder.")
-        tasks = [child for child in self.tasks_dir.iterdir() if (child / "task.toml").is_file()]
+        tasks = list(tasks_in(self.tasks_dir).values())
         terminal_bench = [child for child in self.tasks_dir.iterdir() if (child / "task.yaml").is_file()]
         if not tasks and not terminal_bench:
             raise ConfigurationError(f"tasks_dir: {self.tasks_dir} holds no task directories (sub-folders with task.toml, or Terminal-Bench's task.yaml).")

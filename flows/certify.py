@@ -23,6 +23,7 @@ from prefect_harbor.flows.configuration import picked, resolve_storage
 from prefect_harbor.flows.sweep import evaluation_sweep
 from prefect_harbor.storage.results import SweepSummary
 from prefect_harbor.storage.run_store import RunStore
+from prefect_harbor.task_folders import tasks_in
 
 #: The table artifact every certify run updates (one card in the UI, its versions the history).
 CERTIFICATION_KEY = "certification"
@@ -38,7 +39,7 @@ def tasks_under(tasks_dir: Path, names: list[str] | None) -> dict[str, Path]:
     """The Harbor tasks (folders with a task.toml) under ``tasks_dir``, or the ``names`` among them."""
     if not tasks_dir.is_dir():
         raise ConfigurationError(f"tasks_dir: {tasks_dir} is not a folder; give a folder of Harbor tasks (each with a task.toml).")
-    found = {child.name: child for child in sorted(tasks_dir.iterdir()) if (child / "task.toml").is_file()}
+    found = tasks_in(tasks_dir)
     unknown = sorted(set(names or ()) - set(found))
     if unknown:
         raise ConfigurationError(f"tasks: no Harbor task {', '.join(unknown)} under {tasks_dir}; name folders that hold a task.toml.")

@@ -22,6 +22,7 @@ from prefect_harbor.rows.sources import RowRejected, TaskResolver
 from prefect_harbor.sandbox import BaseImageNotFoundError, ImageBuildError, prepare_task_image
 from prefect_harbor.sandbox.images import BaseNotMadeError, ImageSource
 from prefect_harbor.spec import BackendSpec
+from prefect_harbor.task_folders import tasks_in
 from prefect_harbor.trial.row_trial import task_environment_kwargs, validate_task
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,7 @@ def task_rows(backend: BackendSpec, rows: Iterable[DatasetRow | RowProblem] | No
         if backend.sources.mode == "template":
             rows = [DatasetRow(id=backend.sources.tasks_dir.name)]
         else:
-            names = sorted(child.name for child in backend.sources.tasks_dir.iterdir() if (child / "task.toml").is_file())
-            rows = [DatasetRow(id=name, metadata={"harbor_task_id": name}) for name in names]
+            rows = [DatasetRow(id=name, metadata={"harbor_task_id": name}) for name in tasks_in(backend.sources.tasks_dir)]
     groups: dict[str, list[DatasetRow | RowProblem]] = {}
     for row in rows:
         groups.setdefault(_named_task(row, backend), []).append(row)

@@ -21,6 +21,7 @@ from harbor.tasks.client import TaskClient
 
 from prefect_harbor.rows.dataset import DatasetRow
 from prefect_harbor.rows.terminal_bench import as_harbor_task, is_terminal_bench_task
+from prefect_harbor.task_folders import is_task
 
 if TYPE_CHECKING:
     from prefect_harbor.spec import Sources
@@ -141,7 +142,7 @@ class TaskResolver:
                         f"metadata.harbor_task: local path {path} is refused by the task source policy "
                         "(only tasks under tasks_dir or task_sources.allowed_local_roots may be named)"
                     )
-                if not (path / "task.toml").is_file():
+                if not is_task(path):
                     raise RowRejected(f"metadata.harbor_task: {path} is not a Harbor task directory (no task.toml)")
                 return ResolvedTask(name=path.name, path=path, dynamic=True, warnings=warnings)
             case GitTaskId(git_url=url):
