@@ -70,7 +70,8 @@ from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 #: Bump when the way images are built changes, so old cached tags are not reused.
 #: 3: every WORKDIR of the final stage is created; COPY --from=<image> is pinned to its resolved image.
 #: 4: built in the builder's container (:mod:`.builder`, Debian 13's buildah).
-RECIPE_VERSION = "4"
+#: 5: with extra CA certificates, uv is told to trust the system store (UV_NATIVE_TLS).
+RECIPE_VERSION = "5"
 #: Where bootstrapped bases live: a registry name nobody can pull from by accident.
 LOCAL_REGISTRY = "prefect-harbor.local"
 #: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
@@ -423,7 +424,9 @@ class ImageResolver:
         """With extra CA certificates: the lines that add them to each stage's trust store.
 
         So ``apt``, ``pip`` and ``curl`` behind an intercepting proxy work in RUN steps, and
-        later in the trial. Without a shell in the base, the append is skipped.
+        later in the trial. Without a shell in the base, the append is skipped. uv trusts only
+        the roots compiled into it unless told to use the system's (``UV_NATIVE_TLS``): it is,
+        so that it trusts the CA too (without it, uv behind such a proxy cannot fetch at all).
         """
         if not self.settings.extra_ca_certs:
             return []
@@ -431,6 +434,7 @@ class ImageResolver:
             f"COPY --from={_CA_STAGE} . {_CA_DIR_IN_IMAGE}/",
             "RUN for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do "
             f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
+            "ENV UV_NATIVE_TLS=1",
         ]
 
 

@@ -116,19 +116,23 @@ async def test_a_failed_build_reports_the_tail_of_its_log(tmp_path):
 
 
 @pytest.mark.slow
-async def test_apt_and_pip_work_behind_the_hosts_intercepting_proxy(make_environment):
-    """This machine's HTTPS egress needs its extra CA: given to the build (and kept for the trial)."""
+async def test_apt_pip_and_uv_work_behind_the_hosts_intercepting_proxy(make_environment):
+    """This machine's HTTPS egress needs its extra CA: given to the build (and kept for the trial).
+    uv reads its own roots unless told to use the system's (``UV_NATIVE_TLS``), which the image is."""
     env = make_environment(
         dockerfile=BASE_DOCKERFILE
         + "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-pip >/dev/null\n"
-        + "RUN pip install --quiet --break-system-packages --no-cache-dir six && python3 -c 'import six'\n"
+        + "RUN pip install --quiet --break-system-packages --no-cache-dir six uv && python3 -c 'import six'\n"
+        + "RUN uv pip install --quiet --system --break-system-packages --no-cache idna && python3 -c 'import idna'\n"
     )
     await env.start(force_build=False)
     try:
         trial_time = await env.exec("pip download --quiet --no-deps --no-cache-dir -d /tmp/wheels six && ls /tmp/wheels", timeout_sec=120)
+        uv_time = await env.exec("uv pip install --quiet --no-cache --target /tmp/uv-target six && ls /tmp/uv-target", timeout_sec=120)
     finally:
         await env.stop(delete=True)
     assert trial_time.return_code == 0 and "six-" in trial_time.stdout, trial_time
+    assert uv_time.return_code == 0 and "six.py" in uv_time.stdout, uv_time
 
 
 async def test_builds_get_the_hosts_proxy_settings_and_the_image_keeps_none(tmp_path, monkeypatch):
