@@ -415,7 +415,9 @@ class ImageResolver:
         self.builds += 1
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-15:]
-            raise ImageBuildError(f"building the task image from {dockerfile} failed (log: {log_path}):\n" + "\n".join(tail), log_path)
+            stood_in = [self._stood_in[name] for name in sorted({normalize_reference(ref) for ref in bases}) if name in self._stood_in]
+            note = stand_in_note(done.stdout + done.stderr, stood_in)
+            raise ImageBuildError(f"building the task image from {dockerfile} failed (log: {log_path}):\n" + "\n".join(tail) + note, log_path)
 
     def log_path(self, tag: str) -> Path:
         return self.settings.log_dir / f"{_sanitize(tag)}.log"
@@ -436,6 +438,29 @@ class ImageResolver:
             f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
             "ENV UV_NATIVE_TLS=1",
         ]
+
+
+#: apt's words for a package (or a version of one) its archive does not have.
+_APT_MISSING = re.compile(
+    rb"(Version '[^'\n]+' for '[^'\n]+' was not found|Unable to locate package \S+|Package '?\S+'? has no installation candidate)"
+)
+
+
+def stand_in_note(log: bytes, stood_in: list[str]) -> str:
+    """What a failed build's message adds when it was built on stand-ins: which ones, and, when apt
+    could not find a package or version, that the stand-in's archive (Debian's) is why, not the task."""
+    if not stood_in:
+        return ""
+    missing = sorted({found.decode(errors="replace") for found in _APT_MISSING.findall(log)})
+    lines = [f"This build ran on stand-ins: {' '.join(stood_in)}"]
+    if missing:
+        lines.append(
+            f"apt could not find what the task asks for ({'; '.join(missing[:3])}): a stand-in installs from Debian's "
+            "archive, the only one this machine reaches, which has neither the original image's distribution's package "
+            "versions nor, for Ubuntu, its packages. This is the stand-in's limit, not the task's: give the real image "
+            "(a registry, or base_images naming a local copy)."
+        )
+    return "\n" + "\n".join(lines)
 
 
 async def _downloads(guarded: Guarded, folder: Path, dockerfile: Path) -> dict[str, Path]:

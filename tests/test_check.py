@@ -147,3 +147,15 @@ def test_check_names_separate_verifiers_and_refuses_one_it_cannot_build(tasks):
     assert "the verifier image's own /tests/test.sh, separate verifier: built from tests/" in output and "refused image-only" not in output
     assert "refused bad-verifier:" in output and "tests/Dockerfile" in output and "line 1: cannot read 'FROM'" in output
     assert "refused separate" not in output
+
+
+def test_a_failed_builds_note_names_its_stand_ins_and_blames_their_archive_only_for_missing_packages():
+    from prefect_harbor.sandbox.images import stand_in_note
+
+    stood_in = ["Base image 'ubuntu:24.04' is stood in by 'prefect-harbor.local/ubuntu:24.04', Debian 12 …"]
+    missing = b"E: Version '2023.20240207-1' for 'texlive-latex-base' was not found\n"
+    assert stand_in_note(missing, []) == "", "no stand-in, nothing to add"
+    note = stand_in_note(missing, stood_in)
+    assert "'ubuntu:24.04' is stood in by" in note and "Version '2023.20240207-1' for 'texlive-latex-base' was not found" in note
+    assert "the stand-in's limit" in note
+    assert "limit" not in stand_in_note(b"error: exit status 2\n", stood_in), "a build's own failure is not blamed on the stand-in"

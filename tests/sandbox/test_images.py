@@ -108,6 +108,13 @@ async def test_a_stand_in_base_is_used_with_a_warning(tmp_path, caplog):
     assert any("'ubuntu:24.04' is stood in by" in r.getMessage() for r in caplog.records), caplog.text
 
 
+async def test_a_package_version_the_stand_ins_archive_lacks_fails_naming_the_stand_in(tmp_path):
+    """An Ubuntu version pin on the Debian-based ubuntu:24.04 stand-in: the message says it is the stand-in's limit."""
+    pinned = f"FROM ubuntu:24.04\nRUN apt-get install -y --no-install-recommends texlive-latex-base=2023.20240207-1  # {uuid.uuid4().hex}\n"
+    with pytest.raises(ImageBuildError, match="(?s)Unable to locate package texlive-latex-base.*'ubuntu:24.04' is stood in by.*the stand-in's limit"):
+        await fresh_resolver(base_images={"ubuntu:24.04": BASE_IMAGE}).ensure_built(environment_dir(tmp_path, pinned), "pinned", timeout_sec=120)
+
+
 async def test_a_failed_build_reports_the_tail_of_its_log(tmp_path):
     context = environment_dir(tmp_path, "FROM debian:bookworm-slim\nRUN echo the-step-that-breaks && exit 3\n")
     with pytest.raises(ImageBuildError, match="the-step-that-breaks") as failed:
