@@ -23,7 +23,7 @@ from prefect_harbor.config import (
     own_verifier,
     reject_legacy_keywords,
 )
-from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, WorkflowAgent
+from prefect_harbor.spec import BackendSpec, BundleSource, Environment, Limits, Model, NativeAgent, Scoring, Sources, TimeoutMultipliers, WorkflowAgent
 from prefect_harbor.stats.stopping import check_stopping
 from prefect_harbor.storage.archive import ArchiveLimits, MiB
 from prefect_harbor.task_folders import is_task, tasks_in
@@ -111,6 +111,16 @@ class HarborBackend(Block):
         default=None, description="Preinstall the bundle's requirements once per task image (default: on whenever there is a bundle)."
     )
     agent_setup_timeout_sec: float | None = Field(title="Agent Setup Timeout (s)", default=None, gt=0, description="Override for the agent setup (install) timeout, in seconds.")
+    timeout_multiplier: float = Field(
+        title="Timeout Multiplier", default=1.0, gt=0,
+        description="Multiplies every task timeout (agent, verifier, agent setup, image build), as harbor run --timeout-multiplier; a phase's own multiplier below wins.",
+    )  # fmt: skip
+    agent_timeout_multiplier: float | None = Field(title="Agent Timeout Multiplier", default=None, gt=0, description="Multiplies the task's agent timeout_sec instead.")
+    verifier_timeout_multiplier: float | None = Field(title="Verifier Timeout Multiplier", default=None, gt=0, description="Multiplies the task's verifier timeout_sec instead.")
+    agent_setup_timeout_multiplier: float | None = Field(title="Agent Setup Timeout Multiplier", default=None, gt=0, description="Multiplies the agent setup timeout instead.")
+    environment_build_timeout_multiplier: float | None = Field(
+        title="Environment Build Timeout Multiplier", default=None, gt=0, description="Multiplies the task's build_timeout_sec instead (prewarm's builds too)."
+    )
     max_queue_depth: int | None = Field(
         title="Max Queue Depth",
         default=None,
@@ -396,6 +406,10 @@ class HarborBackend(Block):
             ),
             limits=Limits(
                 n_concurrent=self.n_concurrent, attempts=self.attempts, stop_at_ci_width=self.stop_at_ci_width, agent_setup_timeout_sec=self.agent_setup_timeout_sec,
+                timeouts=TimeoutMultipliers(
+                    overall=self.timeout_multiplier, agent=self.agent_timeout_multiplier, verifier=self.verifier_timeout_multiplier,
+                    agent_setup=self.agent_setup_timeout_multiplier, environment_build=self.environment_build_timeout_multiplier,
+                ),
                 not_scored_retries=self.not_scored_retries, retry_wait_sec=self.retry_wait_sec,
                 archive=ArchiveLimits(file_bytes=self.archive_max_file_mb * MiB, row_bytes=self.archive_max_row_mb * MiB),
             ),

@@ -51,8 +51,17 @@ class ConfigurationError(ValueError):
 
 
 def describe(error: ValidationError) -> str:
-    """A validation error as one line per problem, without pydantic's boilerplate."""
-    return "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+    """A validation error as one line per problem, without pydantic's boilerplate: our own
+    messages name their field already; pydantic's own (a bound, a type) get it in front."""
+
+    def one(problem: Any) -> str:
+        message = str(problem["msg"])
+        if message.startswith("Value error, "):
+            return message.removeprefix("Value error, ")
+        where = ".".join(str(part) for part in problem["loc"])
+        return f"{where}: {message}" if where else message
+
+    return "; ".join(one(problem) for problem in error.errors())
 
 
 def reject_legacy_keywords(data: Any) -> None:

@@ -104,6 +104,27 @@ class Scoring(_Part):
     certified_tasks_only: bool = False
 
 
+class TimeoutMultipliers(_Part):
+    """Harbor's timeout multipliers (``harbor run --timeout-multiplier`` and one per phase): each
+    phase's task timeout is multiplied by its own, else by ``overall``."""
+
+    overall: float = 1.0
+    agent: float | None = None
+    verifier: float | None = None
+    agent_setup: float | None = None
+    environment_build: float | None = None
+
+    def trial_config(self) -> dict[str, float | None]:
+        """The fields of Harbor's ``TrialConfig`` of the same names."""
+        phases = {f"{phase}_timeout_multiplier": getattr(self, phase) for phase in ("agent", "verifier", "agent_setup", "environment_build")}
+        return {"timeout_multiplier": self.overall, **phases}
+
+    @property
+    def build(self) -> float:
+        """What a task's ``build_timeout_sec`` is multiplied by (the prewarm's builds too)."""
+        return self.environment_build if self.environment_build is not None else self.overall
+
+
 class Limits(_Part):
     """How much runs at once and how much each row may take."""
 
@@ -115,6 +136,7 @@ class Limits(_Part):
     not_scored_retries: int = 2
     retry_wait_sec: float = 5.0
     agent_setup_timeout_sec: float | None = None
+    timeouts: TimeoutMultipliers = TimeoutMultipliers()
     archive: ArchiveLimits = ArchiveLimits()
 
 

@@ -98,6 +98,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         userns: str | None = None,
         task_env_passthrough: list[str] | None = None,
         verifier_watch_sec: float = DEFAULT_WATCH_SEC,
+        build_timeout_multiplier: float = 1.0,
         **kwargs: Any,
     ):
         """Extra options (``EnvironmentConfig.kwargs``):
@@ -124,12 +125,14 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
             backend's field of that name; :mod:`.interpolation`).
         verifier_watch_sec: how long the reward files are watched after the verifier's output
             is copied, when processes the agent left are still running (:mod:`.verifier_watch`).
+        build_timeout_multiplier: what the task's ``build_timeout_sec`` is multiplied by (the
+            backend's environment build timeout multiplier; Harbor's start timeout has it too).
         """
         self._owns_tests = owns_its_tests(kwargs)
         self._compose_variables = ComposeVariables.from_host(task_env_passthrough or ())
         self._images = image_resolver(
             base_images=base_images, extra_ca_certs=extra_ca_certs, pull=pull, max_parallel_builds=max_parallel_builds,
-            baked_paths=None if self._owns_tests else baked_paths, pids_limit=pids_limit,
+            baked_paths=None if self._owns_tests else baked_paths, pids_limit=pids_limit, build_timeout_multiplier=build_timeout_multiplier,
         )  # fmt: skip
         if pids_limit < 1:
             raise ValueError(f"pids_limit: {pids_limit} must be at least 1.")

@@ -72,6 +72,8 @@ from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 #: 4: built in the builder's container (:mod:`.builder`, Debian 13's buildah).
 #: 5: with extra CA certificates, uv is told to trust the system store (UV_NATIVE_TLS).
 RECIPE_VERSION = "5"
+#: The environment option (kwargs) that multiplies a task's ``build_timeout_sec``.
+BUILD_TIMEOUT_OPTION = "build_timeout_multiplier"
 #: Where bootstrapped bases live: a registry name nobody can pull from by accident.
 LOCAL_REGISTRY = "prefect-harbor.local"
 #: Where task images are tagged (``podman images localhost/prefect-harbor/task`` lists them).
@@ -152,6 +154,8 @@ class ImageSettings:
     log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "prefect-harbor" / "image-builds")
     #: Bootstrap Debian bases and build stand-ins on first use (off for ``prefect-harbor check``, which makes nothing).
     make_bases: bool = True
+    #: What a task's ``build_timeout_sec`` is multiplied by (the backend's environment build timeout multiplier).
+    build_timeout_multiplier: float = 1.0
 
     def __post_init__(self) -> None:
         self.base_images = {normalize_reference(k): v for k, v in self.base_images.items()}
@@ -312,7 +316,7 @@ class ImageResolver:
                 return image
         elif prebuilt:
             reason = "force_build"
-        image = await self.ensure_built(environment_dir, name, timeout_sec=config.build_timeout_sec, build=build, warn=warn)
+        image = await self.ensure_built(environment_dir, name, timeout_sec=self.build_timeout_sec(config), build=build, warn=warn)
         self.sources[image] = ImageSource(image, prebuilt, built=True, reason=reason)
         return image
 
@@ -418,6 +422,10 @@ class ImageResolver:
             stood_in = [self._stood_in[name] for name in sorted({normalize_reference(ref) for ref in bases}) if name in self._stood_in]
             note = stand_in_note(done.stdout + done.stderr, stood_in)
             raise ImageBuildError(f"building the task image from {dockerfile} failed (log: {log_path}):\n" + "\n".join(tail) + note, log_path)
+
+    def build_timeout_sec(self, config: EnvironmentConfig) -> float:
+        """How long one of the task's builds may take: its ``build_timeout_sec``, multiplied."""
+        return config.build_timeout_sec * self.settings.build_timeout_multiplier
 
     def log_path(self, tag: str) -> Path:
         return self.settings.log_dir / f"{_sanitize(tag)}.log"
@@ -582,6 +590,7 @@ def image_resolver(
     baked_paths: list[dict] | None = None,
     pids_limit: int = DEFAULT_PIDS_LIMIT,
     make_bases: bool = True,
+    build_timeout_multiplier: float = 1.0,
     **_: Any,
 ) -> ImageResolver:
     """The image resolver for an environment's kwargs (shared by trials and the prewarm step)."""
@@ -591,6 +600,7 @@ def image_resolver(
     settings = ImageSettings(
         base_images=dict(base_images or {}), extra_ca_certs=list(certificates), pull=pull,
         max_parallel_builds=max_parallel_builds, baked_paths=list(baked_paths or []), pids_limit=pids_limit, make_bases=make_bases,
+        build_timeout_multiplier=build_timeout_multiplier,
     )  # fmt: skip
     return ImageResolver(settings)
 
@@ -639,7 +649,7 @@ class EnvironmentImages:
         """The image of each compose service beside main, by service name (built, or found by content)."""
         services = self.project.services.values() if self.project else ()
         return {
-            service.name: await self.resolver.service_image(service, self.name, timeout_sec=self.config.build_timeout_sec, build=build, warn=self.logger)
+            service.name: await self.resolver.service_image(service, self.name, timeout_sec=self.resolver.build_timeout_sec(self.config), build=build, warn=self.logger)
             for service in services
         }
 

@@ -5,6 +5,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.result import TimingInfo
 from harbor.models.verifier.result import VerifierResult
 from paths import EXAMPLE_TASKS
@@ -18,6 +19,7 @@ from prefect_harbor.agents.pyenvs import prepare_env
 from prefect_harbor.blocks import HarborBackend, ModelEndpoint
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver
+from prefect_harbor.sandbox.images import image_resolver
 from prefect_harbor.storage.results import RowResult
 from prefect_harbor.trial.outcome import outcome
 from prefect_harbor.trial.row_trial import (
@@ -253,6 +255,23 @@ def test_force_build_reaches_harbors_environment_config_as_harbor_run_force_buil
     run = RunContext(run_id="r", trials_dir=tmp_path / "trials")
     config = build_trial_config(template_backend(force_build=force_build), DatasetRow(id="r1", prompt="hi"), EXAMPLE_TASKS / "reward-txt", run, "r1__x")
     assert config.environment.force_build is force_build
+
+
+def test_timeout_multipliers_reach_harbors_trial_config_and_the_sandboxs_builds(tmp_path):
+    """As `harbor run --timeout-multiplier` and its per-phase flags: Harbor's trial multiplies each
+    phase; the local sandbox's builds (prewarm's too) get the build's multiplier."""
+    run = RunContext(run_id="r", trials_dir=tmp_path / "trials")
+    backend = template_backend(timeout_multiplier=2.0, verifier_timeout_multiplier=0.5, environment_build_timeout_multiplier=3.0)
+    config = build_trial_config(backend, DatasetRow(id="r1", prompt="hi"), EXAMPLE_TASKS / "reward-txt", run, "r1__x")
+    assert (config.timeout_multiplier, config.agent_timeout_multiplier, config.verifier_timeout_multiplier) == (2.0, None, 0.5)
+    assert (config.agent_setup_timeout_multiplier, config.environment_build_timeout_multiplier) == (None, 3.0)
+    assert config.environment.kwargs["build_timeout_multiplier"] == 3.0 == environment_kwargs(backend, run)["build_timeout_multiplier"]
+    resolver = image_resolver(extra_ca_certs=[], **config.environment.kwargs)
+    assert resolver.build_timeout_sec(EnvironmentConfig(build_timeout_sec=600)) == 1800
+    plain = build_trial_config(template_backend(), DatasetRow(id="r1", prompt="hi"), EXAMPLE_TASKS / "reward-txt", run, "r1__x")
+    assert plain.timeout_multiplier == 1.0 and "build_timeout_multiplier" not in plain.environment.kwargs
+    with pytest.raises(ValidationError, match="timeout_multiplier"):
+        template_backend(agent_timeout_multiplier=0)
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,13 @@ KeyEnv = Annotated[str | None, typer.Option(help="The environment variable holdi
 ForceBuild = Annotated[
     bool, typer.Option("--force-build", help="Build task images from their Dockerfiles even when task.toml names a prebuilt docker_image (as `harbor run --force-build`).")
 ]
+TimeoutMultiplier = Annotated[
+    float | None, typer.Option(min=0, help="Multiply every task timeout by this (as `harbor run --timeout-multiplier`); a phase's own flag wins.")
+]
+AgentTimeoutMultiplier = Annotated[float | None, typer.Option(min=0, help="Multiply the task's agent timeout by this instead.")]
+VerifierTimeoutMultiplier = Annotated[float | None, typer.Option(min=0, help="Multiply the task's verifier timeout by this instead.")]
+AgentSetupTimeoutMultiplier = Annotated[float | None, typer.Option(min=0, help="Multiply the agent setup timeout by this instead.")]
+BuildTimeoutMultiplier = Annotated[float | None, typer.Option(min=0, help="Multiply the task's build_timeout_sec by this instead.")]
 
 
 @app.callback()
@@ -226,6 +233,11 @@ def sweep(
     model_api_key_env: KeyEnv = None,
     backend_block: BackendBlock = None,
     force_build: ForceBuild = False,
+    timeout_multiplier: TimeoutMultiplier = None,
+    agent_timeout_multiplier: AgentTimeoutMultiplier = None,
+    verifier_timeout_multiplier: VerifierTimeoutMultiplier = None,
+    agent_setup_timeout_multiplier: AgentSetupTimeoutMultiplier = None,
+    environment_build_timeout_multiplier: BuildTimeoutMultiplier = None,
     certified_only: Annotated[
         bool, typer.Option("--certified-only", help="Run only tasks certified for their current content (prefect-harbor certify); other tasks' rows are not scored.")
     ] = False,
@@ -268,7 +280,9 @@ def sweep(
     backend = load_backend(
         backend_block, tasks_dir, mode, agent, grader, code_dir=code_dir, workflow_config=workflow_config, grader_config=grader_config,
         bundle=bundle, model=model, model_endpoint=model_endpoint, model_base_url=model_base_url, model_api_key_env=model_api_key_env,
-        force_build=force_build or None, certified_tasks_only=certified_only or None,
+        force_build=force_build or None, certified_tasks_only=certified_only or None, timeout_multiplier=timeout_multiplier,
+        agent_timeout_multiplier=agent_timeout_multiplier, verifier_timeout_multiplier=verifier_timeout_multiplier,
+        agent_setup_timeout_multiplier=agent_setup_timeout_multiplier, environment_build_timeout_multiplier=environment_build_timeout_multiplier,
     )  # fmt: skip
     if rerun_agent_failures and not rerun_failed:
         raise fail(RERUN_ALONE)

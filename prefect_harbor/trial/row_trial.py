@@ -32,6 +32,7 @@ from prefect_harbor.config import DEFAULT_MODEL_NAME, MODELLESS_AGENTS, own_veri
 from prefect_harbor.host import host_name
 from prefect_harbor.rows.dataset import DatasetRow, RowProblem, path_safe
 from prefect_harbor.rows.sources import ResolvedTask, RowRejected, TaskResolver, declared_task
+from prefect_harbor.sandbox.images import BUILD_TIMEOUT_OPTION
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION
 from prefect_harbor.sandbox.limits import trial_pids_limit
 from prefect_harbor.sandbox.network import reachable_from_sandbox
@@ -172,6 +173,8 @@ def task_environment_kwargs(backend: BackendSpec) -> dict:
     kwargs = dict(backend.environment.kwargs)
     if backend.environment.is_local_sandbox and backend.environment.task_env_passthrough:
         kwargs[PASSTHROUGH_OPTION] = list(backend.environment.task_env_passthrough)
+    if backend.environment.is_local_sandbox and backend.limits.timeouts.build != 1.0:
+        kwargs[BUILD_TIMEOUT_OPTION] = backend.limits.timeouts.build  # its builds run inside Harbor's (multiplied) start timeout
     return kwargs
 
 
@@ -214,6 +217,7 @@ def build_trial_config(backend: BackendSpec, row: DatasetRow, task_path: Path, r
             force_build=environment.force_build,
         ),  # fmt: skip
         verifier=VerifierConfig(import_path=BOUNDED_VERIFIER),
+        **backend.limits.timeouts.trial_config(),
     )
 
 

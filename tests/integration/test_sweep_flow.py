@@ -11,6 +11,7 @@ import pytest
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 from prefect.client.orchestration import get_client
 from prefect_reads import artifacts_of, logs_of, task_runs_of
+from tasks_factory import write_task
 from test_cancellation import marked_processes
 
 from prefect_harbor.blocks import HarborBackend
@@ -335,3 +336,18 @@ async def test_a_single_service_compose_task_runs_with_its_settings(tmp_path):
     summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tasks_dir=tmp_path / "tasks"), results=str(tmp_path / "results"))
     (row,) = pq.read_table(summary.results_uri).to_pylist()
     assert (row["status"], row["reward"]) == ("success", 1.0), row["err_message"]
+
+
+async def test_an_agent_timeout_multiplier_gives_a_slow_agent_the_time_harbor_run_would(tmp_path):
+    """The task allows its agent 2 s; the oracle needs about 4. As `harbor run --agent-timeout-multiplier 4`."""
+    task = write_task(tmp_path / "tasks", "slow-agent", solve="sleep 4")
+    (task / "task.toml").write_text("[agent]\ntimeout_sec = 2\n[verifier]\ntimeout_sec = 60\n")
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"id": "slow", "metadata": {"harbor_task_id": "slow-agent"}}) + "\n")
+    outcomes = {}
+    for multiplier in (None, 4.0):
+        backend = dataset_backend(tmp_path, tasks_dir=tmp_path / "tasks", agent_timeout_multiplier=multiplier)
+        summary = await evaluation_sweep(dataset=str(dataset), backend=backend, results=str(tmp_path / f"results-{multiplier}"))
+        (row,) = pq.read_table(summary.results_uri).to_pylist()
+        outcomes[multiplier] = (row["status"], row["err_category"], row["reward"])
+    assert outcomes == {None: ("failure", "timeout", None), 4.0: ("success", None, 1.0)}
