@@ -52,15 +52,20 @@ class ContainerRoot:
 
     init_pid: int
     root: Path
+    #: The folder its commands (``test.sh`` among them) start in.
+    workdir: str = "/"
 
     @classmethod
     async def of(cls, container: str) -> ContainerRoot | None:
         """The running container's view, or None when podman cannot say (it stopped)."""
-        found = await podman("inspect", "--format", "{{.State.Pid}} {{.GraphDriver.Data.MergedDir}}", container, timeout=STATE_CALL_TIMEOUT_SEC)
-        pid, _, merged = found.text.partition(" ")
+        found = await podman(
+            "inspect", "--format", "{{.State.Pid}} {{.GraphDriver.Data.MergedDir}} {{.Config.WorkingDir}}", container, timeout=STATE_CALL_TIMEOUT_SEC
+        )  # fmt: skip
+        pid, _, rest = found.text.partition(" ")
+        merged, _, workdir = rest.partition(" ")
         if found.returncode != 0 or not pid.isdigit() or int(pid) <= 0 or not merged.startswith("/"):
             return None
-        return cls(int(pid), Path(merged))
+        return cls(int(pid), Path(merged), workdir if workdir.startswith("/") else "/")
 
 
 def processes(init_pid: int) -> list[Process]:

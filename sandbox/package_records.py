@@ -1,13 +1,15 @@
-"""Whether a changed file in a container is what Debian's package manager put there.
+"""Whether a changed file in a container is what a package manager (dpkg or pip) put there.
 
-A solution that installs a package (``apt-get install iproute2``) adds programs that may come
-before the image's on ``PATH`` and changes libraries: to the tamper evidence
-(:mod:`.program_changes`) that looks like an agent's forgery. dpkg records each installed
-file's MD5 in ``/var/lib/dpkg/info/<package>.md5sums``; a file whose bytes match its record is
-the package's. The records are the container's, so an agent that is root there can forge them
-too: this removes false alarms, it is no wall (the README's "Not covered" says so). dpkg records
-no checksum of a link (``/sbin/ip`` → ``/bin/ip``): a link is its package's when the package
-lists it (``<package>.list``) and it leads to a file that is its package's.
+A solution that installs a package (``apt-get install iproute2``, ``pip install setuptools``)
+adds programs that may come before the image's on ``PATH``, changes libraries and adds ``.pth``
+files: to the tamper evidence (:mod:`.program_changes`) that looks like an agent's forgery.
+dpkg records each installed file's MD5 in ``/var/lib/dpkg/info/<package>.md5sums``; pip records
+each file's SHA-256 in its distribution's ``*.dist-info/RECORD``, beside the files in their
+site folder; a file whose bytes match its record is the package's. The records are the
+container's, so an agent that is root there can forge them too: this removes false alarms, it is
+no wall (the README's "Not covered" says so). dpkg records no checksum of a link (``/sbin/ip`` →
+``/bin/ip``): a link is its package's when the package lists it (``<package>.list``) and it
+leads to a file that is its package's.
 
 Everything is read from the host's view of the container's root file system, never following a
 link (:mod:`.container_view`).
@@ -15,6 +17,8 @@ link (:mod:`.container_view`).
 
 from __future__ import annotations
 
+import base64
+import fnmatch
 import hashlib
 import os
 import posixpath
@@ -32,6 +36,17 @@ HASHED_BYTES = 256 * 1024 * 1024
 _MERGED = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: Links followed from a link to the file it leads to.
 _LINKS_FOLLOWED = 8
+#: Where pip's site folders are (``*`` one name each): the system's, ``/usr/local``'s and users' own.
+SITE_FOLDERS = (
+    "/usr/lib/python3/dist-packages",
+    "/usr/lib/python3*/site-packages",
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+    "/root/.local/lib/python3*/site-packages",
+    "/home/*/.local/lib/python3*/site-packages",
+)
+#: At most this many distributions' records are read per container.
+_DISTRIBUTIONS = 2000
 
 
 def _aliases(path: str) -> list[str]:
@@ -55,11 +70,12 @@ def _read(root: Path, path: str, limit: int) -> bytes | None:
         return None
 
 
-def _md5(root: Path, path: str) -> str | None:
+def _digest(root: Path, path: str, algorithm: str) -> bytes | None:
+    """``path``'s digest (by ``algorithm``: ``md5``, ``sha256``), or None if it is no regular file or too large."""
     handle = next((h for name in _aliases(path) if (h := open_inside(root, name)) is not None), None)
     if handle is None:
         return None
-    digest, read = hashlib.md5(usedforsecurity=False), 0
+    digest, read = hashlib.new(algorithm, usedforsecurity=False), 0
     try:
         with os.fdopen(handle, "rb") as file:
             while chunk := file.read(1 << 20):
@@ -69,16 +85,27 @@ def _md5(root: Path, path: str) -> str | None:
                 digest.update(chunk)
     except OSError:
         return None
-    return digest.hexdigest()
+    return digest.digest()
+
+
+def site_folders(root: Path) -> Iterator[str]:
+    """Each of :data:`SITE_FOLDERS` that exists in the container."""
+    for pattern in SITE_FOLDERS:
+        found = [""]
+        for part in PurePosixPath(pattern).parts[1:]:
+            found = [f"{folder}/{name}" for folder in found for name in (list_inside(root, folder or "/") if "*" in part else [part]) if fnmatch.fnmatchcase(name, part)]
+        yield from (folder for folder in found if list_inside(root, folder))
 
 
 class PackageRecords:
-    """dpkg's recorded checksums in one container, read once, on first need."""
+    """dpkg's and pip's recorded checksums in one container, read once, on first need."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._sums: dict[str, tuple[str, str]] = {}
         self._listed: dict[str, str] = {}
+        #: pip's: path -> (urlsafe base64 SHA-256 without padding, "pip:<distribution>").
+        self._pip: dict[str, tuple[str, str]] = {}
         self._loaded = False
 
     def _records_of(self, suffix: str) -> Iterator[tuple[str, str]]:
@@ -101,7 +128,25 @@ class PackageRecords:
         for package, line in self._records_of(".list"):
             if line.startswith("/"):
                 self._listed[line] = package
+        self._load_pip()
         self._loaded = True
+
+    def _load_pip(self) -> None:
+        """Each ``*.dist-info/RECORD`` line ``path,sha256=<digest>,size`` (paths relative to the site folder)."""
+        read = 0
+        for site in site_folders(self.root):
+            for distribution in list_inside(self.root, site):
+                if not distribution.endswith(".dist-info") or (read := read + 1) > _DISTRIBUTIONS:
+                    continue
+                content = _read(self.root, f"{site}/{distribution}/RECORD", RECORD_BYTES)
+                if content is None or len(content) > RECORD_BYTES:
+                    continue
+                name = "pip:" + distribution.removesuffix(".dist-info").rpartition("-")[0]
+                for line in content.decode(errors="surrogateescape").splitlines():
+                    relative, _, rest = line.partition(",")
+                    algorithm, _, checksum = rest.partition(",")[0].partition("=")
+                    if algorithm == "sha256" and checksum and relative:
+                        self._pip[posixpath.normpath(posixpath.join(site, relative))] = (checksum, name)
 
     def owner(self, path: str, _links: int = _LINKS_FOLLOWED) -> str | None:
         """The package whose recorded checksum ``path``'s bytes match (a link: that lists it and
@@ -114,6 +159,10 @@ class PackageRecords:
             leads_to = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
             return package if package is not None and _links > 0 and self.owner(leads_to, _links - 1) is not None else None
         for name in _aliases(path):
-            if (record := self._sums.get(name)) is not None:
-                return record[1] if _md5(self.root, path) == record[0] else None
+            if (record := self._sums.get(name)) is not None and (digest := _digest(self.root, path, "md5")) is not None:
+                if digest.hex() == record[0]:
+                    return record[1]
+            if (record := self._pip.get(name)) is not None and (digest := _digest(self.root, path, "sha256")) is not None:
+                if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == record[0]:
+                    return record[1]
         return None

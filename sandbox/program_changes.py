@@ -14,26 +14,34 @@ from, and names what it finds:
   standard library and site-packages, Perl's and Node's modules);
 * any change to the dynamic loader's settings: ``/etc/ld.so.preload``, ``/etc/ld.so.conf`` and
   ``/etc/ld.so.conf.d/`` (not ``/etc/ld.so.cache``, which every package install rewrites);
-* an added ``sitecustomize.py`` or ``usercustomize.py``, which Python runs at every start, and an
-  added ``pythonXY.zip`` in a library folder, where Python looks for its standard library first;
+* an added or changed ``sitecustomize.py`` or ``usercustomize.py`` and ``.pth`` file with an
+  ``import`` line, which Python runs at every start, in a library folder or a user's site folder
+  (``~/.local/lib/python3.X/site-packages``), any change to Debian's Python settings
+  (``/etc/python3.X/sitecustomize.py``), and an added ``pythonXY.zip`` in a library folder, where
+  Python looks for its standard library first;
 * a link of ``/etc/alternatives`` added or re-pointed (``awk``, ``editor``, ``python``: what
-  ``/usr/bin/awk`` runs).
+  ``/usr/bin/awk`` runs);
+* a module added to the working folder (where ``test.sh`` starts) under the name of one of the
+  image's Python standard library (``/app/json.py``, ``/app/json/__init__.py``): ``python3 -c``
+  and ``python3 -m`` started there import it instead.
 
 Programs and libraries the agent *added* (a package it installed) are not named: they change
 nothing the image's own commands do. Nor is a change whose bytes dpkg's records say its package
-installed (:mod:`.package_records`), nor a link re-pointed to such a file: an upgraded library,
-a program a package adds earlier on ``PATH``. What this cannot see is in the README ("Not covered").
+installed (:mod:`.package_records`), nor one whose bytes pip's records name, nor a link
+re-pointed to such a file: an upgraded library, a program a package adds earlier on ``PATH``,
+setuptools' ``distutils-precedence.pth``. What this cannot see is in the README ("Not covered").
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from prefect_harbor.sandbox.container_view import changes, is_folder, lstat_inside, readlink_inside
+from prefect_harbor.sandbox.container_view import changes, is_folder, list_inside, lstat_inside, open_inside, readlink_inside
 from prefect_harbor.sandbox.package_records import PackageRecords
 
 #: The default PATH's folders, in PATH's order: a program found in an earlier one wins.
@@ -46,6 +54,16 @@ LOADER_SETTINGS = ("/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 STARTUP_HOOKS = ("sitecustomize.py", "usercustomize.py")
 #: The archive Python reads its standard library from before the library folder (``sys.path[0]`` of an interpreter).
 PYTHON_ZIP = re.compile(r"python3\d*\.zip")
+#: Debian's Python settings: ``/etc/python3.11/sitecustomize.py``, which ``/usr/lib/python3.11/sitecustomize.py`` links to.
+PYTHON_SETTINGS = re.compile(r"/etc/python3[^/]*(/.*)?")
+#: A user's own site folder, which Python reads (its ``.pth`` files, ``usercustomize``) at every start.
+USER_SITE = re.compile(r"/(root|home/[^/]+)/\.local/lib/python3[^/]*/site-packages(/.*)?")
+#: A standard library's folder: ``python3.11`` (not ``python3``, Debian's shared dist-packages).
+STANDARD_LIBRARY = re.compile(r"python3\.\d+")
+#: A ``.pth`` line Python executes (``site`` runs the lines that start so).
+PTH_CODE = re.compile(rb"^import[ \t]", re.MULTILINE)
+#: A ``.pth`` file larger than this is not read: it is named as code.
+PTH_BYTES = 1024 * 1024
 #: Debian's alternatives: links the image's programs go through (``/usr/bin/awk`` → ``/etc/alternatives/awk`` → ``mawk``).
 ALTERNATIVES = "/etc/alternatives"
 #: At most this many changes are named one by one; the rest are counted.
@@ -59,7 +77,17 @@ def _under(path: str, folders: Iterable[str]) -> bool:
 
 
 def _watched(path: str) -> bool:
-    return _under(path, (*PROGRAM_FOLDERS, *LIBRARY_FOLDERS, *LOADER_SETTINGS, ALTERNATIVES))
+    return _under(path, (*PROGRAM_FOLDERS, *LIBRARY_FOLDERS, *LOADER_SETTINGS, ALTERNATIVES)) or bool(PYTHON_SETTINGS.fullmatch(path) or USER_SITE.fullmatch(path))
+
+
+def _runs_code(root: Path, path: str) -> bool:
+    """Whether the ``.pth`` file at ``path`` holds a line Python executes (or cannot be read whole)."""
+    handle = open_inside(root, path)
+    if handle is None:
+        return False
+    with os.fdopen(handle, "rb") as file:
+        content = file.read(PTH_BYTES + 1)
+    return len(content) > PTH_BYTES or PTH_CODE.search(content) is not None
 
 
 @dataclass
@@ -82,13 +110,16 @@ class ProgramChanges:
         return [*self.lines, *more]
 
 
-async def program_changes(container: str, root: Path, *, since_ns: int | None = None, seen_deleted: frozenset[str] = frozenset()) -> ProgramChanges:
+async def program_changes(
+    container: str, root: Path, *, workdir: str = "/", since_ns: int | None = None, seen_deleted: frozenset[str] = frozenset()
+) -> ProgramChanges:
     """The changes named in the module docstring, in the running ``container`` whose root file
-    system the host sees at ``root``. ``since_ns``: only changes made after that time (a later
-    step's verification, in a multi-step task: what the verifiers before it changed is not the
-    agent's); ``seen_deleted``: deletions already reported."""
+    system the host sees at ``root`` and whose commands start in ``workdir``. ``since_ns``: only
+    changes made after that time (a later step's verification, in a multi-step task: what the
+    verifiers before it changed is not the agent's); ``seen_deleted``: deletions already reported."""
     found, records = ProgramChanges(), PackageRecords(root)
-    async for kind, path in changes(container, _watched):
+    standard: set[str] | None = None
+    async for kind, path in changes(container, lambda p: _watched(p) or working_folder_module(p, workdir) is not None):
         if kind == "D":
             found.deleted.add(path)
             if path in seen_deleted:
@@ -98,23 +129,60 @@ async def program_changes(container: str, root: Path, *, since_ns: int | None = 
             now = lstat_inside(root, path)
             if is_folder(now) or (since_ns is not None and now is not None and now.st_ctime_ns <= since_ns):
                 continue
+        if not _watched(path):  # a module in the working folder
+            standard = standard_modules(root) if standard is None else standard
+            if kind == "A" and (module := working_folder_module(path, workdir)) in standard:
+                found.add(f"added {path}, which python3 -c and -m started in {workdir} import instead of the standard library's {module}")
+            continue
         if (line := finding(kind, path, root)) and not (kind != "D" and explained_by_package(path, root, records)):
             found.add(line)
     return found
+
+
+def working_folder_module(path: str, workdir: str) -> str | None:
+    """The module name ``path`` would be imported as from ``workdir`` (``name.py``, ``name/__init__.py``), or None."""
+    relative = PurePosixPath(path).relative_to(workdir).parts if PurePosixPath(path).is_relative_to(workdir) else ()
+    if len(relative) == 1 and relative[0].endswith(".py"):
+        return relative[0].removesuffix(".py")
+    if len(relative) == 2 and relative[1] == "__init__.py":
+        return relative[0]
+    return None
+
+
+def standard_modules(root: Path) -> set[str]:
+    """The top-level module names of the image's Python standard libraries (``/usr/lib/python3.X``,
+    ``/usr/local/lib/python3.X``, their ``lib-dynload``): what a module of the same name shadows."""
+    names: set[str] = set()
+    for prefix in ("/usr/lib", "/usr/local/lib"):
+        for library in (f"{prefix}/{name}" for name in list_inside(root, prefix) if STANDARD_LIBRARY.fullmatch(name)):
+            for name in list_inside(root, library):
+                if name.endswith(".py"):
+                    names.add(name.removesuffix(".py"))
+                elif lstat_inside(root, f"{library}/{name}/__init__.py") is not None:
+                    names.add(name)
+            names.update(name.split(".", 1)[0] for name in list_inside(root, f"{library}/lib-dynload") if name.endswith(".so"))
+    return names
 
 
 def finding(kind: str, path: str, root: Path) -> str | None:
     name = PurePosixPath(path).name
     if _under(path, LOADER_SETTINGS):
         return f"{_VERBS[kind]} {path} (the dynamic loader's settings)"
+    if PYTHON_SETTINGS.fullmatch(path):
+        return f"{_VERBS[kind]} {path} (Python's settings, read at every start)"
+    python_site = _under(path, LIBRARY_FOLDERS) or USER_SITE.fullmatch(path)
+    if kind != "D" and python_site and name in STARTUP_HOOKS:
+        return f"{_VERBS[kind]} {path} (Python runs it at every start)"
+    if kind != "D" and python_site and name.endswith(".pth") and _runs_code(root, path):
+        return f"{_VERBS[kind]} {path} (Python runs its import line at every start)"
+    if USER_SITE.fullmatch(path):
+        return None  # a user's own packages: what they change is theirs, as an added library is
     if _under(path, (ALTERNATIVES,)):
         if kind == "D":
             return f"deleted {path}"
         target = readlink_inside(root, path)
         return f"{'re-pointed' if kind == 'C' else 'added'} {path} to {target}" if target is not None else f"{_VERBS[kind]} {path}, no longer a link"
     if kind == "A":
-        if name in STARTUP_HOOKS and _under(path, LIBRARY_FOLDERS):
-            return f"added {path} (Python runs it at every start)"
         if PYTHON_ZIP.fullmatch(name) and _under(path, LIBRARY_FOLDERS):
             return f"added {path} (Python looks for its standard library there first)"
         if _under(path, PROGRAM_FOLDERS) and (shadowed := _shadowed(path, root)):

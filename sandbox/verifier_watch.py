@@ -152,7 +152,7 @@ class VerifierWatch:
             everything = await asyncio.to_thread(processes, root.init_pid)
             left = [p for p in everything if p.identity not in self._baseline and p.inner_pid != 1]
             findings = [f"{VERIFIER_DIR / name} was there before test.sh ran" for name in REWARD_FILES if lstat_inside(root.root, VERIFIER_DIR / name) is not None]
-            changed = await program_changes(container, root.root, since_ns=self._last_copied_ns, seen_deleted=self._deleted)
+            changed = await program_changes(container, root.root, workdir=root.workdir, since_ns=self._last_copied_ns, seen_deleted=self._deleted)
             self._deleted = self._deleted | changed.deleted
             self._current = _Verification(root, _iso(time.time_ns()), left, findings + changed.findings())
         except Exception as error:  # evidence is never worth a trial
