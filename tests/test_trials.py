@@ -2,6 +2,8 @@
 
 import json
 import logging
+import re
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -32,6 +34,7 @@ from prefect_harbor.trial.row_trial import (
     prepare_task,
     run_row,
     trial_name_for,
+    validate_task,
 )  # fmt: skip
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -255,6 +258,20 @@ def test_force_build_reaches_harbors_environment_config_as_harbor_run_force_buil
     run = RunContext(run_id="r", trials_dir=tmp_path / "trials")
     config = build_trial_config(template_backend(force_build=force_build), DatasetRow(id="r1", prompt="hi"), EXAMPLE_TASKS / "reward-txt", run, "r1__x")
     assert config.environment.force_build is force_build
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [("gpus = 1", "gpus = 1"), ('gpu_types = ["H100"]', "gpu_types = ['H100']"), ('tpu = { type = "v5e", topology = "2x2" }', "tpu = {")],
+)
+def test_a_task_asking_for_gpus_or_tpus_is_refused_before_any_trial_naming_the_key(tmp_path, environment, named):
+    task = shutil.copytree(EXAMPLE_TASKS / "reward-txt", tmp_path / "gpu-task")
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace("[environment]", f"[environment]\n{environment}", 1))
+    assert f"[environment]\n{environment}" in (task / "task.toml").read_text()
+    with pytest.raises(RowRejected, match=re.escape(f"task 'gpu-task': [environment] {named}") + ".*gives trials no GPU or TPU.*--shards"):
+        validate_task(ResolvedTask("gpu-task", task), dataset_backend())
+    docker = HarborBackend(tasks_dir=EXAMPLE_TASKS, task_mode="dataset", agent="oracle", environment={"type": "docker"}).spec()
+    assert validate_task(ResolvedTask("gpu-task", task), docker), "another Harbor environment decides for itself"
 
 
 def test_timeout_multipliers_reach_harbors_trial_config_and_the_sandboxs_builds(tmp_path):

@@ -120,12 +120,25 @@ def validate_task(task: ResolvedTask, backend: BackendSpec) -> str:
             raise RowRejected(f"task {task.name!r} contains a symlink ({path.relative_to(source)}); tasks must be plain files")
     if problem := _task_toml_problem(source / "task.toml"):
         raise RowRejected(f"task {task.name!r}: its task.toml cannot be loaded ({problem}); fix it so Harbor can read the task")
+    if backend.environment.is_local_sandbox and (accelerators := _accelerators(source / "task.toml")):
+        raise RowRejected(
+            f"task {task.name!r}: [environment] {accelerators}: the local container sandbox gives trials no GPU or TPU. Run it where "
+            "one is: a Harbor environment that has them (the backend's environment type, e.g. a cloud sandbox), on a work pool of "
+            "such hosts (sweep --shards); or drop the key if the task does not need it."
+        )
     refuse_unlisted_host_variables(source, task.name, backend.environment.task_env_passthrough)
     if verifier := own_verifier(source):
         return verifier
     if backend.scoring.grader is None:
         raise RowRejected(f"task {task.name!r} has no reward source: no tests/test.sh and no grader configured")
     return f"grader {backend.scoring.grader}"
+
+
+def _accelerators(path: Path) -> str | None:
+    """The task's ``[environment]`` keys asking for GPUs or TPUs (``gpus = 1``), as the task says them, or None."""
+    environment = HarborTaskConfig.model_validate_toml(path.read_text()).environment
+    asked = {"gpus": environment.gpus or None, "gpu_types": environment.gpu_types or None, "tpu": environment.tpu and environment.tpu.model_dump()}
+    return ", ".join(f"{key} = {value!r}" for key, value in asked.items() if value is not None) or None
 
 
 def _task_toml_problem(path: Path) -> str | None:
