@@ -189,9 +189,10 @@ def test_a_success_has_no_failure_cause():
 
 
 def test_a_verifier_failure_is_a_verifier_error_not_a_scored_zero():
-    result = outcome(BASE, trial_result(None, error="RewardFileNotFoundError", error_at=T0 + timedelta(seconds=5, milliseconds=5)))
+    base = BASE.model_copy(update={"task": "no-reward"})
+    result = outcome(base, trial_result(None, error="RewardFileNotFoundError", error_at=T0 + timedelta(seconds=5, milliseconds=5)))
     assert (result.status, result.err_category, result.err_phase, result.reward) == ("failure", "verifier_error", "verifier", None)
-    assert result.err_message.startswith("RewardFileNotFoundError")
+    assert result.err_message.startswith("task 'no-reward': its tests/test.sh ended without writing a reward (Harbor reads /logs/verifier/reward.txt")
 
 
 def test_a_reward_json_that_is_not_an_object_names_the_file_and_the_fix():

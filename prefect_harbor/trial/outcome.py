@@ -105,7 +105,7 @@ def outcome(base: RowResult, result: TrialResult, reward_spec: str = reward_key.
     if error is not None:
         category = error_category(error.exception_type)
         if category != "timeout" and fields["err_phase"] == "verifier":
-            return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": _verifier_message(error)})
+            return base.model_copy(update={**fields, "err_category": "verifier_error", "err_message": _verifier_message(error, base.task)})
         return base.model_copy(update={**fields, "err_category": category, "err_message": error.exception_message})
     message = "trial ended with no verifier result and no recorded error; the task has no reward source (no tests/ and no grader)"
     return base.model_copy(update={**fields, "err_category": "validation_error", "err_message": message, "err_phase": "grading"})
@@ -190,9 +190,15 @@ def verifier_output(trial_dir: Path, redactor: Redactor = Redactor(), lines: int
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _verifier_message(error: ExceptionInfo) -> str:
-    """The verifier's failure, naming the reward file and what Harbor expects of it."""
+def _verifier_message(error: ExceptionInfo, task: str | None = None) -> str:
+    """The verifier's failure, naming the task, the reward file and what Harbor expects of it."""
     text = error.exception_message or error.exception_type
+    if error.exception_type == "RewardFileNotFoundError":
+        return (
+            f"task {task or '(unknown)'!r}: its tests/test.sh ended without writing a reward (Harbor reads /logs/verifier/reward.txt "
+            "or /logs/verifier/reward.json, and found neither): a verifier error, not the agent's; fix the verifier so it writes one "
+            "whatever the tests find (RewardFileNotFoundError)"
+        )
     if error.exception_type == "ValidationError" and "dictionary" in text:
         return f"verifier/reward.json must hold a JSON object of numbers, e.g. {{\"reward\": 1.0}}; Harbor said: {text}"
     return f"{error.exception_type}: {text}"

@@ -150,6 +150,8 @@ async def test_failed_trials_are_kept_and_their_directory_recorded(tmp_path):
     summary = await evaluation_sweep(dataset=str(dataset), backend=dataset_backend(tmp_path, tmp_path / "tasks"), results=str(tmp_path / "results"))
     (row,) = pq.read_table(summary.results_uri).to_pylist()
     assert (row["status"], row["exception_type"], row["err_phase"]) == ("failure", "RewardFileNotFoundError", "verifier")
+    assert row["err_message"].startswith("task 'no-reward': its tests/test.sh ended without writing a reward"), row["err_message"]
+    assert row["err_message"].endswith("the verifier's output ends:\nforgot the reward file"), row["err_message"]
     assert (Path(row["trial_dir"]) / "result.json").is_file()
 
 
