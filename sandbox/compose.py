@@ -21,7 +21,10 @@ the file the same way, into a :class:`Project` the local sandbox can start
   by name, so the implicit ``default`` network, and any ``networks:`` that leave no two
   services apart (plain bridge networks, every two services sharing one), are honoured, with
   ``aliases`` as more names for the service (:mod:`.networks`).
-* Anything else is refused before the trial starts, naming the key: host mounts, extra
+* A host path mounted into a service (``${HOME}/.config/gcloud:/root/.config/gcloud:ro``, for
+  optional credentials) becomes an empty folder at its target, with a WARNING naming the service
+  and the path: the task runs, and the host's files never reach it. A ``tmpfs`` is honoured.
+* Anything else is refused before the trial starts, naming the key: named volumes, extra
   privileges, networks that keep services apart or that this sandbox cannot make
   (``external``, ``internal``, drivers and their options, fixed addresses), build contexts
   outside the environment folder. A task is someone else's data, and the agent is hostile.
@@ -119,6 +122,8 @@ class Service:
     depends_on: dict[str, str] = field(default_factory=dict)  # service -> condition
     #: network -> its ``aliases`` (more names for this service); compose's implicit ``default`` without ``networks:``
     networks: dict[str, list[str]] = field(default_factory=lambda: {"default": []})
+    #: Empty folders (a tmpfs each) in place of host paths the compose file mounts: (target, read-only).
+    empty_folders: list[tuple[str, bool]] = field(default_factory=list)
 
     @property
     def extra_host_entries(self) -> list[tuple[str, str]]:
@@ -136,6 +141,8 @@ class Service:
             args += ["--user", self.user]
         if self.init:
             args.append("--init")
+        for target, read_only in self.empty_folders:
+            args += ["--tmpfs", f"{target}:{'ro' if read_only else 'rw'},exec,mode=0755"]
         return args
 
 
@@ -170,6 +177,8 @@ class _Context:
 
     where: str  # "<file>: services.<name>"
     environment_dir: Path
+    #: Where a service's handlers say what they honour only in part (the project's WARNINGs).
+    warnings: list[str] = field(default_factory=list)
 
     def at(self, key: str) -> str:
         return f"{self.where}.{key}"
@@ -193,9 +202,10 @@ def load(environment_dir: Path, tests_dir: str = str(TESTS_DIR), variables: Comp
     for name, spec in specs.items():
         if not isinstance(name, str) or not _SERVICE_NAME.fullmatch(name) or not isinstance(spec, dict):
             raise ComposeNotSupported(f"{path}: services.{name}: a service needs a name of letters, digits, '_', '.', '-' and a mapping of settings.")
-    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir), _MAIN_KEYS)
-    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir)) for name, spec in specs.items()}
-    project = Project(main, services, warnings=[f"{path}: {warning}" for warning in interpolation.warnings.values()])
+    warnings = [f"{path}: {warning}" for warning in interpolation.warnings.values()]
+    main = _service(MAIN, specs.pop(MAIN, {}), _Context(f"{path}: services.{MAIN}", environment_dir, warnings), _MAIN_KEYS)
+    services = {name: _side_service(name, spec, _Context(f"{path}: services.{name}", environment_dir, warnings)) for name, spec in specs.items()}
+    project = Project(main, services, warnings=warnings)
     try:
         check_networks({name: project.service(name).networks for name in project.names}, document.get("networks"), str(path))
     except NetworkNotHonoured as error:
@@ -359,9 +369,49 @@ def _main_deploy(service: Service, value: Any, context: _Context) -> None:
         raise ComposeNotSupported(f"{context.at('deploy')}: set cpus and memory_mb in task.toml's [environment]; they are enforced from there.")
 
 
-def _main_volumes(service: Service, value: Any, context: _Context) -> None:
-    if any(not _is_harbor_log_volume(volume) for volume in value or []):
-        raise ComposeNotSupported(f"{context.at('volumes')}: host mounts are not given to trials (the agent is untrusted); copy what the task needs in its Dockerfile.")
+def _set_volumes(service: Service, value: Any, context: _Context) -> None:
+    """Host paths become empty folders (with a WARNING), tmpfs mounts are honoured, Harbor's log volumes are its own."""
+    if not isinstance(value, list):
+        raise ComposeNotSupported(f"{context.at('volumes')}: a list of volumes.")
+    for index, volume in enumerate(value):
+        if _is_harbor_log_volume(volume):
+            continue
+        where = f"{context.at('volumes')}[{index}]"
+        kind, source, target, read_only = _volume(volume, where)
+        if target == "/" or PurePosixPath(target).is_relative_to(TESTS_DIR) or not target.startswith("/"):
+            raise ComposeNotSupported(f"{where}: target {target!r} cannot be a mount here (it must be an absolute folder, not / nor under {TESTS_DIR}).")
+        if kind == "bind":
+            context.warnings.append(
+                f"{where}: the host path {source!r} is not mounted (a host's files never reach a trial): {target} is an empty folder instead, "
+                "so the task runs as it would where that path does not exist; copy what it must hold in the Dockerfile."
+            )
+        elif kind != "tmpfs":
+            raise ComposeNotSupported(
+                f"{where}: {_described(kind, source)} cannot be honoured by the local container sandbox (a trial's services share "
+                "no volumes); copy what it holds in the Dockerfile, or run this task in Harbor's 'docker' environment."
+            )
+        service.empty_folders.append((target, read_only))
+
+
+def _described(kind: str, source: str) -> str:
+    if kind == "volume":
+        return f"the named volume {source!r}" if source else "an anonymous volume"
+    return f"a {kind} mount" + (f" of {source!r}" if source else "")
+
+
+def _volume(volume: Any, where: str) -> tuple[str, str, str, bool]:
+    """``(kind, source, target, read_only)`` of a volume in compose's short (``SRC:TARGET[:MODE]``) or long syntax."""
+    if isinstance(volume, dict):
+        kind, source, target = str(volume.get("type", "volume")), str(volume.get("source") or ""), str(volume.get("target") or "")
+        return kind, source, target, bool(volume.get("read_only"))
+    if not isinstance(volume, str) or not volume:
+        raise ComposeNotSupported(f"{where}: a volume is 'SOURCE:TARGET[:MODE]' or a mapping with type, source and target.")
+    parts = volume.split(":")
+    if len(parts) == 1:
+        return "volume", "", parts[0], False  # anonymous: compose fills it from the image
+    source, target, mode = parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+    kind = "bind" if source.startswith(("/", ".", "~")) or not source else "volume"
+    return kind, source, target, "ro" in mode.split(",")
 
 
 # ---------------------------------------------------------------------- keys of the services beside main
@@ -412,10 +462,11 @@ _COMMON_KEYS: dict[str, Handler] = {
 }  # fmt: skip
 _MAIN_KEYS: dict[str, Handler] = {
     **_COMMON_KEYS, "build": _main_build, "image": _main_image, "command": _main_command,
-    "network_mode": _main_network_mode, "deploy": _main_deploy, "volumes": _main_volumes,
+    "network_mode": _main_network_mode, "deploy": _main_deploy, "volumes": _set_volumes,
 }  # fmt: skip
 _SIDE_KEYS: dict[str, Handler] = {
     **_COMMON_KEYS, "build": _side_build, "image": _side_image, "command": _side_command, "user": _side_user, "init": _side_init,
+    "volumes": _set_volumes,
 }  # fmt: skip
 
 

@@ -54,13 +54,15 @@ def test_no_compose_file_is_no_project(tmp_path):
     ("text", "named"),
     [
         ("services:\n  main:\n    privileged: true\n", "services.main.privileged cannot be honoured"),
-        ("services:\n  main:\n    volumes: [/etc:/host-etc]\n", "services.main.volumes: host mounts are not given"),
+        ("services:\n  main:\n    volumes: ['data:/var/lib/data']\n", "services.main.volumes[0]: the named volume 'data' cannot be honoured"),
+        ("services:\n  main:\n    volumes: [/var/cache]\n", "services.main.volumes[0]: an anonymous volume cannot be honoured"),
+        ("services:\n  main:\n    volumes: ['/srv:/tests/data']\n", "services.main.volumes[0]: target '/tests/data' cannot be a mount here"),
         ("services:\n  main:\n    command: python server.py\n", "services.main.command"),
         ("services:\n  main:\n    network_mode: host\n", "services.main.network_mode: 'host'"),
         ("services:\n  db: {environment: {A: b}}\n", "services.db: a service beside main needs a build or an image"),
         ("services:\n  db: {image: x, privileged: true}\n", "services.db.privileged cannot be honoured"),
         ("services:\n  db: {image: x, cap_add: [NET_ADMIN]}\n", "services.db.cap_add cannot be honoured"),
-        ("services:\n  db: {image: x, volumes: ['/:/host']}\n", "services.db.volumes cannot be honoured"),
+        ("services:\n  db: {image: x, volumes: [{type: volume, source: data, target: /data}]}\n", "services.db.volumes[0]: the named volume 'data'"),
         ("services:\n  db: {image: x, network_mode: host}\n", "services.db.network_mode cannot be honoured"),
         ("services:\n  db: {image: x, networks: [back]}\n", "services.db.networks: 'back' is not declared"),
         ("services:\n  db: {image: 'postgres:${TAG:?set the tag}'}\n", "services.db.image: ${TAG} must be set (set the tag); list TAG in the backend's task_env_passthrough"),
@@ -251,3 +253,23 @@ def test_every_service_name_resolves_to_the_pods_loopback():
     hosts = hosts_file(["main", "api", "db"], "0123456789ab", [("mirror.internal", "10.1.2.3")])
     assert "127.0.0.1\tmain api db\n" in hosts and "127.0.0.1\t0123456789ab\n" in hosts
     assert hosts.endswith("10.1.2.3\tmirror.internal\n") and hosts.startswith("127.0.0.1\tlocalhost\n")
+
+
+def test_a_host_path_mount_becomes_an_empty_folder_with_a_warning_and_the_host_is_never_read(tmp_path, monkeypatch):
+    """SkillsBench tasks mount ${HOME}/.config/gcloud for optional credentials: Docker would mount it; here the task runs without it."""
+    monkeypatch.setenv("HOME", "/home/the-sweeps-owner")
+    read = project(tmp_path, (
+        "services:\n  main:\n    volumes:\n      - ${HOME}/.config/gcloud:/root/.config/gcloud:ro\n"
+        "      - {type: bind, source: ./data, target: /srv/data}\n      - {type: tmpfs, target: /scratch}\n"
+        "  db: {image: x, volumes: ['/var/run/docker.sock:/var/run/docker.sock']}\n"
+    ))  # fmt: skip
+    assert read.main.empty_folders == [("/root/.config/gcloud", True), ("/srv/data", False), ("/scratch", False)]
+    assert read.main.run_args() == [
+        "--tmpfs", "/root/.config/gcloud:ro,exec,mode=0755", "--tmpfs", "/srv/data:rw,exec,mode=0755", "--tmpfs", "/scratch:rw,exec,mode=0755",
+    ]  # fmt: skip
+    assert read.services["db"].empty_folders == [("/var/run/docker.sock", False)]
+    warnings = "\n".join(read.warnings)
+    assert "services.main.volumes[0]: the host path '/.config/gcloud' is not mounted" in warnings, "HOME is not passed through: compose's empty"
+    assert "/root/.config/gcloud is an empty folder instead" in warnings and "services.db.volumes[0]: the host path '/var/run/docker.sock'" in warnings
+    assert "/scratch" not in warnings, "a tmpfs is honoured, nothing to warn about"
+    assert "the-sweeps-owner" not in warnings

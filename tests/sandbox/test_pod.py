@@ -208,3 +208,20 @@ async def test_a_compose_working_dir_the_image_lacks_is_made_at_start_in_main_an
     finally:
         await env.stop(delete=True)
     assert (main_cwd, api_cwd) == ("/srv/main-work", "/srv/api-work")
+
+
+async def test_a_host_path_a_compose_file_mounts_is_an_empty_folder_in_the_trial(make_environment, tmp_path):
+    """Docker would mount the host's folder; here the trial gets an empty one at the target, and the host's files stay out."""
+    host = tmp_path / "credentials"
+    host.mkdir()
+    (host / "secret.json").write_text("host-only")
+    compose = f"services:\n  main:\n    volumes:\n      - {host}:/root/.config/gcloud:ro\n      - {host}:/srv/cache\n"
+    env = make_environment(files={"docker-compose.yaml": compose})
+    await env.start(force_build=False)
+    try:
+        listed = await env.exec("ls -A /root/.config/gcloud /srv/cache; echo written > /srv/cache/new && cat /srv/cache/new; touch /root/.config/gcloud/x")
+    finally:
+        await env.stop(delete=True)
+    assert listed.stdout.split() == ["/root/.config/gcloud:", "/srv/cache:", "written"], listed
+    assert "Read-only file system" in (listed.stderr or ""), listed
+    assert sorted(path.name for path in host.iterdir()) == ["secret.json"] and (host / "secret.json").read_text() == "host-only"
