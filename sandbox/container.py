@@ -366,6 +366,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         """Remove the container (or the pod, with every service in it); images stay cached whatever ``delete`` says."""
         container, self._container = self._container, None
+        self._watch.close()
         if self._tests_folder is not None:
             await asyncio.to_thread(shutil.rmtree, self._tests_folder, True)
             self._tests_folder = None

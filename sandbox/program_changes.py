@@ -98,6 +98,9 @@ class ProgramChanges:
     unnamed: int = 0
     #: Every deleted path seen (a later verification names only new ones).
     deleted: set[str] = field(default_factory=set)
+    #: Every file of the image the agent changed (``C``) or added (``A``), wherever it is: what
+    #: :func:`used_changes` compares the verifier's opened files with.
+    kinds: dict[str, str] = field(default_factory=dict)
 
     def add(self, line: str) -> None:
         if len(self.lines) < NAMED:
@@ -119,7 +122,11 @@ async def program_changes(
     verifiers before it changed is not the agent's); ``seen_deleted``: deletions already reported."""
     found, records = ProgramChanges(), PackageRecords(root)
     standard: set[str] | None = None
-    async for kind, path in changes(container, lambda p: _watched(p) or working_folder_module(p, workdir) is not None):
+    async for kind, path in changes(container, lambda _: True):
+        if kind != "D":
+            found.kinds[path] = kind
+        if not (_watched(path) or working_folder_module(path, workdir) is not None):
+            continue
         if kind == "D":
             found.deleted.add(path)
             if path in seen_deleted:
@@ -210,3 +217,25 @@ def _shadowed(path: str, root: Path) -> str | None:
         if lstat_inside(root, f"{later}/{name}") is not None:
             return f"{later}/{name}"
     return None
+
+
+#: Where the verifier's own files are, and the task's work (what the tests are there to run).
+_NOT_THE_IMAGES = ("/tests", "/logs", "/proc", "/dev", "/sys")
+#: Files a program loads as code: shared objects, Python's modules and archives, shell and Perl sources.
+CODE = re.compile(r".*\.(so(\.\d+)*|py|pyc|pth|zip|pm|pl|sh)")
+
+
+def used_changes(opened: dict[str, bool], found: ProgramChanges, root: Path, workdir: str) -> list[str]:
+    """Files of the image the agent changed that the verifier then ran or loaded as code (``opened``:
+    path -> executed, from :mod:`.opened_files`), wherever they are; not those of the working folder
+    (the task's own code, which the tests run on purpose), those already named, nor a package's."""
+    named = {word.rstrip(",") for line in found.lines for word in line.split()}
+    records, used = PackageRecords(root), []
+    for path, executed in sorted(opened.items()):
+        if found.kinds.get(path) != "C" or not (executed or CODE.fullmatch(PurePosixPath(path).name)):
+            continue
+        if _under(path, (*_NOT_THE_IMAGES, *([workdir] if workdir != "/" else []))) or path in named or explained_by_package(path, root, records):
+            continue
+        used.append(f"the verifier {'ran' if executed else 'loaded'} {path}, which the agent changed")
+    return used
+

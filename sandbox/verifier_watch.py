@@ -10,13 +10,15 @@ points where Harbor's verifier tells the environment what it is doing:
    before ``test.sh`` runs (:meth:`VerifierWatch.before_tests`): the processes the agent phase
    left running (recorded, not a finding by itself); reward files still in ``/logs/verifier``
    (Harbor's ``rm`` did not remove them); programs, libraries and loader settings the agent
-   changed (:mod:`.program_changes`);
+   changed (:mod:`.program_changes`); and from then on, every file a process of the container
+   runs or opens (:mod:`.opened_files`, fanotify on the container's file system);
 2. **the exec of ``test.sh``**: the moment its process exits, to the millisecond (a helper
    process finds the exec's process by its marker and waits on its pidfd, :mod:`.exit_clock`);
 3. **the copy of ``/logs/verifier`` out**: a reward file whose inode changed (its ctime,
    which no process can set back) after ``test.sh`` exited; and, when processes other than
    the container's own are still alive, any change to a reward file during the next
-   ``watch_sec`` seconds.
+   ``watch_sec`` seconds; and the files of the image the agent changed that the verifier then
+   ran or loaded as code, wherever they are (``used_changes``).
 
 Each finding is a short line; the evidence goes in the trial's sandbox report
 (:mod:`.trial_report`), where the row's ``verifier_tampering`` column comes from. What this
@@ -40,7 +42,8 @@ from typing import Any
 
 from prefect_harbor.sandbox import exit_clock
 from prefect_harbor.sandbox.container_view import ContainerRoot, Process, lstat_inside, processes
-from prefect_harbor.sandbox.program_changes import program_changes
+from prefect_harbor.sandbox.opened_files import OpenedFiles
+from prefect_harbor.sandbox.program_changes import ProgramChanges, program_changes, used_changes
 from prefect_harbor.sandbox.spawn import EngineProcess, start_engine_process
 from prefect_harbor.sandbox.trial_report import TrialReport
 
@@ -106,6 +109,11 @@ class _Verification:
     test_exit_ns: int | None = None
     test_exit_exact: bool = False
     notes: list[str] = field(default_factory=list)
+    #: What the agent changed (the diff before the tests), and what the container opened since.
+    changes: ProgramChanges = field(default_factory=ProgramChanges)
+    opened: OpenedFiles | None = None
+    #: Files the agent added that the verifier ran (information: a task may ask for a program).
+    ran_added: list[str] = field(default_factory=list)
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -115,8 +123,20 @@ class _Verification:
             "test_exit": _iso(self.test_exit_ns) if self.test_exit_ns else None,
             "test_exit_exact": self.test_exit_exact,
             "findings": self.findings,
+            "ran_added": self.ran_added[:_NAMED_PROCESSES],
             "notes": self.notes,
         }
+
+    def check_used(self) -> None:
+        """Stop recording opened files and name the agent's changes the verifier ran or loaded."""
+        if self.opened is None:
+            return
+        self.opened.stop()
+        opened, self.opened = self.opened, None
+        if opened.overflowed:
+            self.notes.append("more files were opened than were recorded: the verifier's use of changed files was seen in part")
+        self.findings += used_changes(opened.paths, self.changes, self.root.root, self.root.workdir)
+        self.ran_added = sorted(path for path, executed in opened.paths.items() if executed and self.changes.kinds.get(path) == "A")
 
 
 class VerifierWatch:
@@ -141,6 +161,12 @@ class VerifierWatch:
     def watching(self) -> bool:
         return self._current is not None
 
+    def close(self) -> None:
+        """Stop recording opened files (a verification that never copied its output: it failed or timed out)."""
+        if self._current is not None and self._current.opened is not None:
+            self._current.opened.stop()
+            self._current.opened = None
+
     async def before_tests(self, container: str) -> None:
         """The tests are about to be uploaded, and ``test.sh`` to run: record what the agent left."""
         if self._current is not None:
@@ -154,7 +180,11 @@ class VerifierWatch:
             findings = [f"{VERIFIER_DIR / name} was there before test.sh ran" for name in REWARD_FILES if lstat_inside(root.root, VERIFIER_DIR / name) is not None]
             changed = await program_changes(container, root.root, workdir=root.workdir, since_ns=self._last_copied_ns, seen_deleted=self._deleted)
             self._deleted = self._deleted | changed.deleted
-            self._current = _Verification(root, _iso(time.time_ns()), left, findings + changed.findings())
+            self._current = _Verification(root, _iso(time.time_ns()), left, findings + changed.findings(), changes=changed)
+            try:
+                self._current.opened = OpenedFiles.start(str(root.root))
+            except OSError as error:
+                self._current.notes.append(f"what the verifier runs is not recorded: {error}")
         except Exception as error:  # evidence is never worth a trial
             self._logger.warning(f"Recording the verifier's starting state failed: {type(error).__name__}: {error}")
             return
@@ -184,6 +214,7 @@ class VerifierWatch:
             return await copy()
         self._current = None
         try:
+            current.check_used()
             before = self._rewards(current)
             for name, found in before.items():
                 if found is not None and current.test_exit_ns is not None and found[2] > current.test_exit_ns:

@@ -1,14 +1,18 @@
 """A row's verdict on its verifier (issue 28): the sandbox's evidence of tampering becomes the
 verifier_tampering column, and on_tampering flags or fails the row; the summary counts them."""
 
+import asyncio
 import base64
 import hashlib
 import os
 
+import pytest
+
 from prefect_harbor.outcome import describe, row_line, table_row
 from prefect_harbor.sandbox.container_view import list_inside, lstat_inside, open_inside, readlink_inside
+from prefect_harbor.sandbox.opened_files import OpenedFiles
 from prefect_harbor.sandbox.package_records import PackageRecords
-from prefect_harbor.sandbox.program_changes import explained_by_package, finding, standard_modules, working_folder_module
+from prefect_harbor.sandbox.program_changes import ProgramChanges, explained_by_package, finding, standard_modules, used_changes, working_folder_module
 from prefect_harbor.sandbox.trial_report import TrialReport
 from prefect_harbor.storage.results import RowResult, RunTally
 from prefect_harbor.trial.tampering import judge
@@ -190,3 +194,39 @@ def test_a_module_in_the_working_folder_shadows_the_standard_library_only_under_
     assert [working_folder_module(path, "/app") for path in ("/app/json.py", "/app/json/__init__.py", "/app/lib/json.py", "/srv/json.py", "/app/notes.txt")] == [
         "json", "json", None, None, None,
     ]  # fmt: skip
+
+
+def test_the_agents_changes_the_verifier_ran_or_loaded_are_named_wherever_they_are(tmp_path):
+    library = "/usr/lib/x86_64-linux-gnu/libz.so.1"
+    root = package_root(tmp_path, {"/opt/checker/check": b"#!/bin/sh\nexit 0", library: b"z"}, {"zlib1g": {library: b"z"}})
+    changed = ProgramChanges(lines=["changed /usr/bin/rm"], kinds={
+        "/opt/checker/check": "C", "/opt/checker/data.json": "C", "/opt/lib/helper.py": "C", "/usr/bin/rm": "C", "/app/solution.py": "C",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1": "C", "/usr/local/bin/mytool": "A",
+    })  # fmt: skip
+    opened = {path: path in ("/opt/checker/check", "/usr/bin/rm", "/usr/local/bin/mytool") for path in changed.kinds} | {"/usr/bin/python3.11": True}
+    assert used_changes(opened, changed, root, "/app") == [
+        "the verifier ran /opt/checker/check, which the agent changed",
+        "the verifier loaded /opt/lib/helper.py, which the agent changed",
+    ], "not: data it read, what is already named, the working folder's code, a package's library, what the agent added"
+    assert "the verifier loaded /app/solution.py, which the agent changed" in used_changes(opened, changed, root, "/")
+
+
+async def test_opened_files_are_recorded_with_whether_they_were_run_and_the_hosts_own_view_is_left_out(tmp_path):
+    root, tool, data = tmp_path / "root", tmp_path / "tool.sh", tmp_path / "data.txt"
+    root.mkdir()
+    tool.write_text('#!/bin/sh\ncat "$1" > /dev/null\n')
+    tool.chmod(0o755)
+    data.write_text("x")
+    try:
+        watch = OpenedFiles.start(str(root))
+    except OSError as error:
+        pytest.skip(f"fanotify needs CAP_SYS_ADMIN here: {error}")
+    try:
+        ran = await asyncio.create_subprocess_exec(str(tool), str(data))
+        await ran.wait()
+        (root / "read-through-the-hosts-view").write_text("x")
+        await asyncio.sleep(0.2)
+    finally:
+        watch.stop()
+    assert (watch.paths.get(str(tool)), watch.paths.get(str(data))) == (True, False), sorted(watch.paths)[:20]
+    assert not any(path.startswith(f"{root}/") for path in watch.paths)
