@@ -51,6 +51,8 @@ COMPOSE_FILE = "docker-compose.yaml"
 TESTS_DIR = PurePosixPath("/tests")
 #: The service Harbor runs the agent and the tests in.
 MAIN = "main"
+#: Folders the sandbox fills and copies out itself: no compose mount may cover them.
+_SANDBOX_FOLDERS = (str(TESTS_DIR), "/logs")
 #: Harbor's placeholders for what the environment itself decides.
 _HARBOR_BUILD_CONTEXTS = {".", "${CONTEXT_DIR}"}
 _HARBOR_IMAGE = "${MAIN_IMAGE_NAME}"
@@ -378,8 +380,11 @@ def _set_volumes(service: Service, value: Any, context: _Context) -> None:
             continue
         where = f"{context.at('volumes')}[{index}]"
         kind, source, target, read_only = _volume(volume, where)
-        if target == "/" or PurePosixPath(target).is_relative_to(TESTS_DIR) or not target.startswith("/"):
-            raise ComposeNotSupported(f"{where}: target {target!r} cannot be a mount here (it must be an absolute folder, not / nor under {TESTS_DIR}).")
+        if target == "/" or any(PurePosixPath(target).is_relative_to(kept) for kept in _SANDBOX_FOLDERS) or not target.startswith("/"):
+            raise ComposeNotSupported(
+                f"{where}: target {target!r} cannot be a mount here: it must be an absolute folder, not / nor under {' or '.join(_SANDBOX_FOLDERS)} "
+                "(the tests and Harbor's logs, which the sandbox places and copies out itself)."
+            )
         if kind == "bind":
             context.warnings.append(
                 f"{where}: the host path {source!r} is not mounted (a host's files never reach a trial): {target} is an empty folder instead, "

@@ -57,6 +57,7 @@ def test_no_compose_file_is_no_project(tmp_path):
         ("services:\n  main:\n    volumes: ['data:/var/lib/data']\n", "services.main.volumes[0]: the named volume 'data' cannot be honoured"),
         ("services:\n  main:\n    volumes: [/var/cache]\n", "services.main.volumes[0]: an anonymous volume cannot be honoured"),
         ("services:\n  main:\n    volumes: ['/srv:/tests/data']\n", "services.main.volumes[0]: target '/tests/data' cannot be a mount here"),
+        ("services:\n  main:\n    volumes: [{type: tmpfs, target: /logs/verifier}]\n", "target '/logs/verifier' cannot be a mount here"),
         ("services:\n  main:\n    command: python server.py\n", "services.main.command"),
         ("services:\n  main:\n    network_mode: host\n", "services.main.network_mode: 'host'"),
         ("services:\n  db: {environment: {A: b}}\n", "services.db: a service beside main needs a build or an image"),
