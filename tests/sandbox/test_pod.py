@@ -225,3 +225,18 @@ async def test_a_host_path_a_compose_file_mounts_is_an_empty_folder_in_the_trial
     assert listed.stdout.split() == ["/root/.config/gcloud:", "/srv/cache:", "written"], listed
     assert "Read-only file system" in (listed.stderr or ""), listed
     assert sorted(path.name for path in host.iterdir()) == ["secret.json"] and (host / "secret.json").read_text() == "host-only"
+
+
+async def test_a_services_hosts_file_is_roots_and_leaves_nothing_in_the_hosts_var_tmp(make_environment):
+    """podman 4.3's `cp -` keeps every archive it reads from stdin in /var/tmp: some 12,000 had piled up."""
+    env = make_environment(files={**API_FILES, "docker-compose.yaml": API_COMPOSE})
+    await env.start(force_build=False)
+    try:
+        hosts = await podman("exec", env.service_containers["api"], "stat", "-c", "%U %a", "/etc/hosts")
+        short_id = env.service_containers["api"][:12]
+        named = (await podman("exec", env.service_containers["api"], "cat", "/etc/hosts")).text
+    finally:
+        await env.stop(delete=True)
+    assert hosts.text == "root 644" and f"127.0.0.1\t{short_id}" in named, (hosts.text, named)
+    leaked = [path for path in Path("/var/tmp").iterdir() if path.is_file() and short_id.encode() in path.read_bytes()[:20480]]
+    assert not leaked, leaked
