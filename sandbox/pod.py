@@ -29,13 +29,13 @@ network namespace of its infra container:
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
-import tempfile
+import tarfile
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from prefect_harbor.sandbox.compose import Healthcheck, Project, Service
-from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, EngineError, podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, EngineError, podman, podman_temp_dir
 from prefect_harbor.sandbox.limits import cgroupfs_manager, limit_cgroup
 from prefect_harbor.sandbox.workdir import start_creating_workdir
 
@@ -97,11 +97,8 @@ class Pod:
         created = await podman("create", "--pod", self.name, "--name", name, "--no-hosts", *options, image, *command, timeout=STATE_CALL_TIMEOUT_SEC)
         container = created.check(f"creating container {name} from {image}").text
         hosts = hosts_file(self.service_names, container[:12], extra_hosts)  # the hostname is the short id, as under Docker
-        # From a file, not a tar on stdin: podman 4.3 keeps each stdin archive in /var/tmp for good.
-        with tempfile.TemporaryDirectory(prefix="prefect-harbor-hosts-") as folder:
-            (Path(folder) / "hosts").write_text(hosts)
-            (Path(folder) / "hosts").chmod(0o644)
-            copied = await podman("cp", str(Path(folder) / "hosts"), f"{container}:/etc/hosts", timeout=STATE_CALL_TIMEOUT_SEC)
+        with podman_temp_dir() as scratch:
+            copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=STATE_CALL_TIMEOUT_SEC, temp_dir=scratch)
         copied.check(f"writing /etc/hosts of {name}")
         started = await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)
         started = await start_creating_workdir(container, started) or started  # its --workdir is not in the image
@@ -118,6 +115,17 @@ def hosts_file(names: list[str], hostname: str, extra_hosts: list[tuple[str, str
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", f"127.0.0.1\t{hostname}", f"127.0.0.1\t{' '.join(names)}"]
     lines += [f"{address}\t{host}" for host, address in extra_hosts]
     return "\n".join(lines) + "\n"
+
+
+def _hosts_archive(text: str) -> bytes:
+    """A tar stream holding ``etc/hosts`` (root's, mode 0644), for ``podman cp``."""
+    data = text.encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo("etc/hosts")
+        member.size, member.mode = len(data), 0o644
+        archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 async def start_in_order(project: Project, start: StartService) -> dict[str, str]:

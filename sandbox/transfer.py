@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from prefect_harbor.sandbox.engine import start_podman
+from prefect_harbor.sandbox.engine import podman_temp_dir, start_podman
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +87,12 @@ async def copy_in(container: str, source: Path, target: PurePosixPath) -> None:
     """``source`` (a host file or folder) into ``container`` as ``target``, an absolute path: :func:`pack`, then ``podman cp``."""
     if not target.is_absolute():
         raise ValueError(f"{target}: give an absolute path in the container.")
-    with tempfile.TemporaryFile() as archive:
+    with tempfile.TemporaryFile() as archive, podman_temp_dir() as scratch:
         await asyncio.to_thread(pack, source, target, archive)
         archive.seek(0)
-        process = await start_podman("cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = await start_podman(
+            "cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, temp_dir=scratch
+        )
         _, stderr = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")

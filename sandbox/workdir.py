@@ -15,7 +15,7 @@ import re
 import tarfile
 from pathlib import PurePosixPath
 
-from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, podman, podman_temp_dir
 
 _MISSING = re.compile(rb'workdir "(?P<path>[^"]+)" does not exist on container')
 
@@ -33,7 +33,8 @@ async def start_creating_workdir(container: str, failed: Completed) -> Completed
     workdir = missing_workdir(failed)
     if workdir is None:
         return None
-    created = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_folders_archive(workdir), timeout=STATE_CALL_TIMEOUT_SEC)
+    with podman_temp_dir() as scratch:
+        created = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_folders_archive(workdir), timeout=STATE_CALL_TIMEOUT_SEC, temp_dir=scratch)
     if created.returncode != 0:
         return created
     return await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)

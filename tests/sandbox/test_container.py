@@ -1,5 +1,8 @@
 """The trial's container: resources, prebuilt images, what of the host's environment it gets."""
 
+import uuid
+from pathlib import Path
+
 import pytest
 from harbor.models.task.config import EnvironmentConfig, NetworkMode
 from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
@@ -65,6 +68,23 @@ async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_doc
     finally:
         await env.stop(delete=True)
     assert seen == ["/srv/task/work", "root", "755", "written"]
+
+
+async def test_an_upload_leaves_no_copy_of_itself_in_the_hosts_var_tmp(make_environment, tmp_path):
+    """podman 4.3's `cp -` keeps each archive it reads from stdin in its TMPDIR: every upload (tests, solutions, logs) piled up in /var/tmp."""
+    marker = f"upload-{uuid.uuid4().hex}"
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "file.txt").write_text(marker)
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        await env.upload_dir(tmp_path / "up", "/srv/up")
+        seen = (await env.exec("cat /srv/up/file.txt")).stdout
+    finally:
+        await env.stop(delete=True)
+    assert seen == marker
+    leaked = [path for path in Path("/var/tmp").iterdir() if path.is_file() and marker.encode() in path.read_bytes()[:1 << 20]]
+    assert not leaked, leaked
 
 
 async def test_with_userns_auto_the_trials_root_is_not_the_hosts_root_and_user_tasks_still_work(make_environment):
