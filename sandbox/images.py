@@ -70,7 +70,7 @@ from prefect_harbor.sandbox.standins import StandIn, shipped_stand_in
 #: Bump when the way images are built changes, so old cached tags are not reused.
 #: 3: every WORKDIR of the final stage is created; COPY --from=<image> is pinned to its resolved image.
 #: 4: built in the builder's container (:mod:`.builder`, Debian 13's buildah).
-#: 5: with extra CA certificates, uv is told to trust the system store (UV_NATIVE_TLS).
+#: 5: with extra CA certificates, uv is told to trust the system store (/etc/uv/uv.toml).
 RECIPE_VERSION = "5"
 #: The environment option (kwargs) that multiplies a task's ``build_timeout_sec``.
 BUILD_TIMEOUT_OPTION = "build_timeout_multiplier"
@@ -435,16 +435,18 @@ class ImageResolver:
 
         So ``apt``, ``pip`` and ``curl`` behind an intercepting proxy work in RUN steps, and
         later in the trial. Without a shell in the base, the append is skipped. uv trusts only
-        the roots compiled into it unless told to use the system's (``UV_NATIVE_TLS``): it is,
-        so that it trusts the CA too (without it, uv behind such a proxy cannot fetch at all).
+        the roots compiled into it unless told to use the system's: uv's system settings
+        (``/etc/uv/uv.toml``, unless the image has its own) say ``native-tls = true``, so uv
+        trusts the bundle the CA went into (or goes into once ca-certificates is installed: it
+        gathers /usr/local/share/ca-certificates). The bundle's harness runs uv with ``--no-config``.
         """
         if not self.settings.extra_ca_certs:
             return []
         return [
             f"COPY --from={_CA_STAGE} . {_CA_DIR_IN_IMAGE}/",
             "RUN for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do "
-            f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; true",
-            "ENV UV_NATIVE_TLS=1",
+            f"[ -f \"$bundle\" ] && cat {_CA_DIR_IN_IMAGE}/*.crt >> \"$bundle\"; done; "
+            "[ -e /etc/uv/uv.toml ] || { mkdir -p /etc/uv && echo 'native-tls = true' > /etc/uv/uv.toml; }; true",
         ]
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -222,7 +223,8 @@ def _shadowed(path: str, root: Path) -> str | None:
 #: Where the verifier's own files are, and the task's work (what the tests are there to run).
 _NOT_THE_IMAGES = ("/tests", "/logs", "/proc", "/dev", "/sys")
 #: Files a program loads as code: shared objects, Python's modules and archives, shell and Perl sources.
-CODE = re.compile(r".*\.(so(\.\d+)*|py|pyc|pth|zip|pm|pl|sh)")
+#: Not Python's ``.pyc`` caches: any Python program the agent ran rewrites them, beside unchanged sources.
+CODE = re.compile(r".*\.(so(\.\d+)*|py|pth|zip|pm|pl|sh)")
 
 
 def used_changes(opened: dict[str, bool], found: ProgramChanges, root: Path, workdir: str) -> list[str]:
@@ -230,10 +232,13 @@ def used_changes(opened: dict[str, bool], found: ProgramChanges, root: Path, wor
     path -> executed, from :mod:`.opened_files`), wherever they are; not those of the working folder
     (the task's own code, which the tests run on purpose), those already named, nor a package's."""
     named = {word.rstrip(",") for line in found.lines for word in line.split()}
-    records, used = PackageRecords(root), []
+    records, used, device = PackageRecords(root), [], root.stat().st_dev
     for path, executed in sorted(opened.items()):
         if found.kinds.get(path) != "C" or not (executed or CODE.fullmatch(PurePosixPath(path).name)):
             continue
+        here = lstat_inside(root, path)
+        if here is None or not stat.S_ISREG(here.st_mode) or here.st_dev != device:
+            continue  # not the container's own file: a folder the sandbox mounts there (a workflow's prepared environment)
         if _under(path, (*_NOT_THE_IMAGES, *([workdir] if workdir != "/" else []))) or path in named or explained_by_package(path, root, records):
             continue
         used.append(f"the verifier {'ran' if executed else 'loaded'} {path}, which the agent changed")

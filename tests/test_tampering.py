@@ -198,7 +198,8 @@ def test_a_module_in_the_working_folder_shadows_the_standard_library_only_under_
 
 def test_the_agents_changes_the_verifier_ran_or_loaded_are_named_wherever_they_are(tmp_path):
     library = "/usr/lib/x86_64-linux-gnu/libz.so.1"
-    root = package_root(tmp_path, {"/opt/checker/check": b"#!/bin/sh\nexit 0", library: b"z"}, {"zlib1g": {library: b"z"}})
+    files = {"/opt/checker/check": b"#!/bin/sh\nexit 0", "/opt/lib/helper.py": b"", "/app/solution.py": b"", library: b"z"}
+    root = package_root(tmp_path, files, {"zlib1g": {library: b"z"}})
     changed = ProgramChanges(lines=["changed /usr/bin/rm"], kinds={
         "/opt/checker/check": "C", "/opt/checker/data.json": "C", "/opt/lib/helper.py": "C", "/usr/bin/rm": "C", "/app/solution.py": "C",
         "/usr/lib/x86_64-linux-gnu/libz.so.1": "C", "/usr/local/bin/mytool": "A",
@@ -209,6 +210,8 @@ def test_the_agents_changes_the_verifier_ran_or_loaded_are_named_wherever_they_a
         "the verifier loaded /opt/lib/helper.py, which the agent changed",
     ], "not: data it read, what is already named, the working folder's code, a package's library, what the agent added"
     assert "the verifier loaded /app/solution.py, which the agent changed" in used_changes(opened, changed, root, "/")
+    mounted = ProgramChanges(kinds={"/opt/env/lib/mod.py": "C"})  # opened in a folder mounted over the container's own
+    assert used_changes({"/opt/env/lib/mod.py": False}, mounted, root, "/app") == [], "a file the container's file system does not hold"
 
 
 async def test_opened_files_are_recorded_with_whether_they_were_run_and_the_hosts_own_view_is_left_out(tmp_path):

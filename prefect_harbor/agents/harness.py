@@ -50,9 +50,9 @@ def library_prefix(libs: str | None) -> str:
 
 
 def install_wheel_command(uv: str, python: str, wheel: str, target: str, libs: str | None = None) -> str:
-    """Install only the wheel (``--no-deps``, offline) into ``target``, for ``python``."""
+    """Install only the wheel (``--no-deps``, offline, whatever uv settings the image has) into ``target``, for ``python``."""
     return (
-        f"{library_prefix(libs)}{shlex.quote(uv)} pip install --quiet --offline --no-cache --no-deps "
+        f"{library_prefix(libs)}{shlex.quote(uv)} pip install --quiet --offline --no-config --no-cache --no-deps "
         f"--python {shlex.quote(python)} --target {shlex.quote(target)} {shlex.quote(wheel)}"
     )
 

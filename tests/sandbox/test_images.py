@@ -125,7 +125,7 @@ async def test_a_failed_build_reports_the_tail_of_its_log(tmp_path):
 @pytest.mark.slow
 async def test_apt_pip_and_uv_work_behind_the_hosts_intercepting_proxy(make_environment):
     """This machine's HTTPS egress needs its extra CA: given to the build (and kept for the trial).
-    uv reads its own roots unless told to use the system's (``UV_NATIVE_TLS``), which the image is."""
+    uv reads its own roots unless told to use the system's (``native-tls`` in /etc/uv/uv.toml), which the image is."""
     env = make_environment(
         dockerfile=BASE_DOCKERFILE
         + "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-pip >/dev/null\n"
