@@ -33,6 +33,8 @@ _FAN_Q_OVERFLOW = 0x4000
 _AT_FDCWD = -100
 #: ``struct fanotify_event_metadata``: event_len, vers, reserved, metadata_len, mask, fd, pid.
 _EVENT = struct.Struct("IBBHQii")
+#: Reads of the queue per call of :meth:`OpenedFiles.drain` (each up to 64 KiB, some 2,700 events).
+_BATCHES = 16
 #: The most distinct paths kept for one verification (a test suite opens a few thousand).
 MOST_PATHS = 100_000
 
@@ -79,13 +81,17 @@ class OpenedFiles:
         asyncio.get_running_loop().add_reader(descriptor, watch.drain)
         return watch
 
-    def drain(self) -> None:
-        """Read every queued event: note its path, close its descriptor."""
-        while self._fd >= 0:
+    def drain(self) -> bool:
+        """Read queued events, at most :data:`_BATCHES` reads at a time: note each path, close each
+        descriptor. True when the queue was emptied. Bounded, so that a process of the container
+        opening files without end cannot hold the sweep's event loop here: the loop calls again."""
+        for _ in range(_BATCHES):
+            if self._fd < 0:
+                return True
             try:
                 events = os.read(self._fd, 64 * 1024)
             except (BlockingIOError, InterruptedError):
-                return
+                return True
             offset = 0
             while offset + _EVENT.size <= len(events):
                 length, _, _, _, mask, descriptor, _ = _EVENT.unpack_from(events, offset)
@@ -94,6 +100,7 @@ class OpenedFiles:
                     self.overflowed = True
                 if descriptor >= 0:
                     self._note(descriptor, bool(mask & _FAN_OPEN_EXEC))
+        return False
 
     def _note(self, descriptor: int, executed: bool) -> None:
         try:
@@ -115,7 +122,8 @@ class OpenedFiles:
         """Stop watching: the queued events are read first."""
         if self._fd < 0:
             return
-        self.drain()
+        if not self.drain():
+            self.overflowed = True  # what was still queued is dropped with the descriptor
         asyncio.get_running_loop().remove_reader(self._fd)
         os.close(self._fd)
         self._fd = -1

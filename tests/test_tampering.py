@@ -233,3 +233,24 @@ async def test_opened_files_are_recorded_with_whether_they_were_run_and_the_host
         watch.stop()
     assert (watch.paths.get(str(tool)), watch.paths.get(str(data))) == (True, False), sorted(watch.paths)[:20]
     assert not any(path.startswith(f"{root}/") for path in watch.paths)
+
+
+def test_a_flood_of_opened_files_cannot_hold_the_sweeps_event_loop(tmp_path):
+    """A process of the container opening files without end: each drain reads a bounded amount, and says so."""
+    import fcntl
+    import struct
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # the default ceiling (fs.pipe-max-size)
+    os.set_blocking(read_end, False)
+    # An open with no descriptor to resolve, 32 bytes long (the kernel never splits an event between reads; a pipe keeps them whole so).
+    event = struct.pack("IBBHQii", 32, 3, 0, 24, 0x20, -1, 1).ljust(32, b"\0")
+    os.write(write_end, event * ((1 << 20) // len(event)))  # more than one drain reads
+    watch = OpenedFiles(str(tmp_path), _fd=read_end)
+    try:
+        assert watch.drain() is False, "a drain read the whole queue in one call"
+        while not watch.drain():
+            pass
+    finally:
+        os.close(read_end)
+        os.close(write_end)
