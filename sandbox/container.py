@@ -18,12 +18,12 @@ monitor (conmon) per container. Per trial:
   phase through :mod:`.transfer`, which refuses links out of the trial. The only host
   paths inside are the read-only mounts a trial asks for (prepared agent environments)
   and ``/tests``.
-* ``/tests`` is a read-only mount of an empty host folder, from the container's start: the
-  verifier's upload writes into that folder on the host, so the tests appear only at
-  verification, and nothing in the container (not root, not a process the agent left
-  running) can read them early or rewrite them before they run (``protect_tests``). A
-  separate verifier's own image (built from the task's ``tests/``) brings its tests, and gets
-  no such mount over them (:mod:`.separate_verifier`).
+* ``/tests`` is a read-only mount of an empty host folder while the agent works; the
+  verifier's upload attaches a fresh, writable copy of the task's tests over it in one step
+  (:mod:`.verifier_tests`), so nothing in the container (not root, not a process the agent
+  left running) can read them early or plant files in them before they run
+  (``protect_tests``). A separate verifier's own image (built from the task's ``tests/``)
+  brings its tests, and gets no such mount over them (:mod:`.separate_verifier`).
 * A compose task with services beside ``main`` (:mod:`.compose`) runs as one pod
   (:mod:`.pod`): each service in a container of its own, all sharing the pod's network
   namespace, where every service name resolves to the pod's loopback. The pod, not a
@@ -40,10 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import secrets
-import shutil
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
@@ -65,6 +62,7 @@ from prefect_harbor.sandbox.proxy import container_proxy_variables
 from prefect_harbor.sandbox.seccomp import DEFAULT_SECCOMP_PROFILE, seccomp_options
 from prefect_harbor.sandbox.separate_verifier import owns_its_tests
 from prefect_harbor.sandbox.trial_report import TrialReport
+from prefect_harbor.sandbox.verifier_tests import VerifierTests
 from prefect_harbor.sandbox.verifier_watch import DEFAULT_WATCH_SEC, VERIFIER_DIR, VerifierWatch
 
 #: The import path to give Harbor: ``EnvironmentConfig(import_path=IMPORT_PATH)``.
@@ -118,7 +116,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
             ``--userns=auto``), so that its root is not the host's root; it needs ranges for the
             ``containers`` user in ``/etc/subuid`` and ``/etc/subgid``. Off by default: it adds about a
             second to each start of a large image (README, "Isolation").
-        protect_tests: mount ``/tests`` read-only (see the module docstring). Off: the tests
+        protect_tests: keep ``/tests`` from the agent (see the module docstring). Off: the tests
             are copied in at verification as Harbor's docker environment does, writable, and
             a process the agent left behind can rewrite them.
         task_env_passthrough: the host variables a compose file's ``${VAR}`` may read (the
@@ -143,7 +141,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._pids_limit = pids_limit
         self._protect_tests = protect_tests
         self._userns = check_userns(userns)
-        self._tests_folder: Path | None = None  # made by start()
+        self._tests: VerifierTests | None = None  # made by start()
         self._container: str | None = None
         self._pod: pod.Pod | None = None  # a multi-service task's, between start() and stop()
         self._services: dict[str, str] = {}
@@ -242,8 +240,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         network = "none" if no_network else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
-        if self._tests_folder is None and self._protect_tests and not self._owns_tests:
-            self._tests_folder = _tests_folder()
+        if self._tests is None and self._protect_tests and not self._owns_tests:
+            self._tests = VerifierTests(self.logger)
         with env_file_options({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
                 await self._start_pod(name, network, image, env_args)
@@ -328,8 +326,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         args += self._main.run_args()
         for mount in self._host_mounts:
             args += ["--volume", _volume(mount)]
-        if self._tests_folder is not None:
-            args += ["--volume", f"{self._tests_folder}:{TESTS_DIR}:ro"]
+        if self._tests is not None:
+            args += ["--volume", f"{self._tests.floor}:{TESTS_DIR}:ro"]
         return args
 
     def _service_options(self, service: Service) -> list[str]:
@@ -367,9 +365,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         """Remove the container (or the pod, with every service in it); images stay cached whatever ``delete`` says."""
         container, self._container = self._container, None
         self._watch.close()
-        if self._tests_folder is not None:
-            await asyncio.to_thread(shutil.rmtree, self._tests_folder, True)
-            self._tests_folder = None
+        if self._tests is not None:
+            await self._tests.close()
+            self._tests = None
         if self._pod is not None:
             await asyncio.shield(self._remove_pod())
         elif container:
@@ -445,8 +443,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         container = self._require_container()
         if target.is_relative_to(TESTS_DIR):  # Harbor's verifier: its clean-up is done, test.sh comes next
             await self._watch.before_tests(container)
-        if self._tests_folder is not None and target.is_relative_to(TESTS_DIR):
-            await asyncio.to_thread(_publish_tests, source, self._tests_folder / target.relative_to(TESTS_DIR))
+        if self._tests is not None and target.is_relative_to(TESTS_DIR):
+            await self._tests.publish(container, source, target, TESTS_DIR)
             return
         await transfer.copy_in(container, source, target)
 
@@ -510,31 +508,6 @@ class _PodServices:
         environment = self._environment
         container = environment._require_container() if environment.is_main_service(service) else environment._service_container(service)
         (await podman("stop", "--time", "0", container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"stopping service {service!r}")
-
-
-def _tests_folder() -> Path:
-    """A fresh host folder for one trial's ``/tests``, readable by any user in the container."""
-    folder = Path(tempfile.mkdtemp(prefix="prefect-harbor-tests-"))
-    folder.chmod(0o755)
-    return folder
-
-
-def _publish_tests(source: Path, target: Path) -> None:
-    """Copy the task's tests (host files Harbor selected) into the read-only ``/tests`` folder.
-
-    Readable by every user, and scripts executable: the verifier's own ``chmod +x`` cannot
-    run on a read-only mount.
-    """
-    if source.is_dir():
-        shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
-        copied = [target, *target.rglob("*")]
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        copied = [target]
-    for path in copied:
-        executable = path.is_dir() or path.suffix == ".sh" or os.access(path, os.X_OK)
-        path.chmod(0o755 if executable else 0o644)
 
 
 def check_userns(userns: str | None) -> str | None:

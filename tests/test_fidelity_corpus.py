@@ -24,6 +24,8 @@ REQUIRED_KINDS = {
     # separate verifiers with artifacts, compose networks and variables
     "prebuilt-image-fallback", "workdir-last", "copy-from-image", "python-version-matches-tag", "ubuntu-user",
     "separate-verifier", "artifacts", "compose-named-network", "compose-variables",
+    # issue 40: a verifier that writes into /tests
+    "verifier-writes-tests",
 }  # fmt: skip
 
 

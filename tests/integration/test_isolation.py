@@ -37,12 +37,23 @@ CANARY_VARIABLE = "PREFECT_HARBOR_TEST_CANARY"
 #: agent would (an allowed task variable, KEY_VARIABLE) and echo it everywhere they can.
 MODEL_KEY = f"sk-isolation-{secrets.token_hex(8)}"
 KEY_VARIABLE = "PREFECT_HARBOR_TEST_MODEL_KEY"
-#: Waits for the verifier's upload of /tests/test.sh and rewrites it to score 1.
-FORGE_TESTS = """nohup bash -c 'for i in $(seq 1200); do
-  if [ -f /tests/test.sh ]; then echo seen >> /logs/verifier/forge.txt
-    printf "#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n" 2>> /logs/verifier/forge.txt > /tests/test.sh; fi
+#: Waits for the verifier's upload of /tests/test.sh, then tries every way to forge, hide or read
+#: the tests: rewrite test.sh to score 1, read it, rename and remove it, add a script with content,
+#: and plant a link to a forged script under a name the verifier runs.
+FORGE_TESTS = """printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' > /tmp/forged.sh; chmod +x /tmp/forged.sh
+nohup bash -c 'for i in $(seq 1200); do
+  if [ -e /tests/test.sh ]; then echo seen >> /logs/verifier/forge.txt
+    { printf "#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n" > /tests/test.sh; cat /tests/test.sh; mv /tests/test.sh /tests/moved.sh
+      rm -f /tests/test.sh; echo "echo 1 > /logs/verifier/reward.txt" > /tests/planted.sh; ln -s /tmp/forged.sh /tests/linked.sh; } 2>> /logs/verifier/forge.txt > /dev/null; fi
   sleep 0.05; done' > /dev/null 2>&1 &
 ls -A /tests > /logs/agent/tests-before.txt 2>&1; true"""
+#: The forge-tests verifier: writes in /tests as a build in place would, records what it sees,
+#: scores 0, then runs the planted link (which would score 1, were it followed).
+FORGE_TESTS_VERIFIER = (
+    "sleep 1; echo built > /tests/built.txt && mkdir -p /tests/build && cp /tests/built.txt /tests/build/ && echo writable > /logs/verifier/written.txt; "
+    "cat /tests/planted.sh > /logs/verifier/planted.txt 2>&1; ls -A /tests > /logs/verifier/tests-during.txt; "
+    "echo 0 > /logs/verifier/reward.txt; bash /tests/linked.sh > /logs/verifier/linked.txt 2>&1; true"
+)
 #: A server the verifier checks: a process the agent leaves running must survive into verification.
 LEAVE_SERVER = "nohup python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp > /dev/null 2>&1 & sleep 1"
 CHECK_SERVER = (
@@ -242,7 +253,7 @@ def probes(tasks: Path, port: int, host_file: Path, key: int, unrelayed_port: in
         "key-in-file-name": write_task(tasks, "key-in-file-name", solve='echo $KEY > /logs/agent/name-$KEY.txt; mkdir -p /logs/agent/$KEY; echo "$KEY" >&2'),
         "task-env-pulls-host-secret": write_task(tasks, "task-env-pulls-host-secret", solve="env > /logs/agent/env.txt"),
         "verifier-env-pulls-host-secret": write_task(tasks, "verifier-env-pulls-host-secret", test="env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt"),
-        "forge-tests": write_task(tasks, "forge-tests", solve=FORGE_TESTS, test="sleep 1; echo 0 > /logs/verifier/reward.txt"),
+        "forge-tests": write_task(tasks, "forge-tests", solve=FORGE_TESTS, test=FORGE_TESTS_VERIFIER),
         "server-left-running": write_task(tasks, "server-left-running", solve=LEAVE_SERVER, test=CHECK_SERVER),
         "replaced-tar": write_task(
             tasks, "replaced-tar",
@@ -343,6 +354,11 @@ async def prefect_export(flow_run_id: str) -> bytes:
 def agent_file(sweep: dict, task: str, name: str) -> str:
     (found,) = sweep["trials"].rglob(f"{task}*/agent/{name}")
     return found.read_text()
+
+
+def verifier_folder(sweep: dict, task: str) -> Path:
+    (found,) = (path for path in sweep["trials"].rglob(f"{task}*/verifier") if path.is_dir())
+    return found
 
 
 def every_byte_written(sweep: dict) -> bytes:
@@ -450,13 +466,21 @@ def test_a_task_cannot_pull_host_variables_it_was_not_given(hostile_sweep, task,
     assert f"{CANARY_VARIABLE} (in [{section}] LEAKED)" in row["err_message"] and "task_env_passthrough" in row["err_message"]
 
 
-def test_the_tests_cannot_be_rewritten_or_read_before_verification(hostile_sweep):
-    """A process the agent left behind waits for /tests/test.sh and rewrites it to score 1."""
+def test_the_tests_are_writable_by_the_verifier_and_by_nothing_the_agent_left_running(hostile_sweep):
+    """A process the agent left behind waits for /tests/test.sh and tries to forge, read, hide and
+    add tests; the verifier itself writes in /tests, as Harbor's upload lets it."""
     row = hostile_sweep["rows"]["forge-tests"]
-    assert (row["status"], row["reward"]) == ("success", 0.0), f"the forged test.sh was run, or the row failed: {why(row)}"
-    (attempts,) = hostile_sweep["trials"].rglob("forge-tests*/verifier/forge.txt")
-    assert attempts.read_text().startswith("seen\n"), "the forger was not running during verification"
-    assert "Read-only file system" in attempts.read_text()
+    assert (row["status"], row["reward"]) == ("success", 0.0), f"a forged test was run, or the row failed: {why(row)}"
+    verifier = verifier_folder(hostile_sweep, "forge-tests")
+    forger = (verifier / "forge.txt").read_text()
+    assert forger.startswith("seen\n"), "the forger was not running during verification"
+    for refused in ("/tests/test.sh: Operation not permitted", "cannot move '/tests/test.sh'", "cannot remove '/tests/test.sh'", "/tests/planted.sh: Operation not permitted"):
+        assert refused in forger, (refused, forger[:2000])
+    assert (verifier / "written.txt").read_text() == "writable\n", "the verifier could not write in /tests"
+    assert "echo 1" not in (verifier / "planted.txt").read_text(), "a file the forger filled reached the verifier"
+    during = (verifier / "tests-during.txt").read_text().split()
+    assert "test.sh" in during and "moved.sh" not in during and {"built.txt", "build"} <= set(during), during
+    assert "Too many levels of symbolic links" in (verifier / "linked.txt").read_text(), "a link planted in /tests was followed"
     assert agent_file(hostile_sweep, "forge-tests", "tests-before.txt") == "", "the tests were visible to the agent"
 
 
