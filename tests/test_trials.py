@@ -275,6 +275,27 @@ def test_a_task_asking_for_gpus_or_tpus_is_refused_before_any_trial_naming_the_k
     assert validate_task(ResolvedTask("gpu-task", task), docker), "another Harbor environment decides for itself"
 
 
+@pytest.mark.parametrize(
+    ("appended", "named"),
+    [
+        ('[agent]\nnetwork_mode = "no-network"\n', "[agent] network_mode = 'no-network' differs from [environment] network_mode = 'public'"),
+        ('[verifier]\nnetwork_mode = "no-network"\n', "[verifier] network_mode = 'no-network'"),
+    ],
+)
+def test_a_task_whose_phases_need_another_network_is_refused_before_any_trial_naming_the_key(tmp_path, appended, named):
+    """Harbor switches a running trial's network between phases where its environment can; the local sandbox cannot."""
+    task = shutil.copytree(EXAMPLE_TASKS / "reward-txt", tmp_path / "phases")
+    table = appended.split("\n", 1)[0]
+    text = (task / "task.toml").read_text()
+    assert table in text
+    (task / "task.toml").write_text(text.replace(table, appended.rstrip("\n"), 1))
+    with pytest.raises(RowRejected, match=re.escape(f"task 'phases': {named}") + ".*cannot switch it while the trial runs"):
+        validate_task(ResolvedTask("phases", task), dataset_backend())
+    same = shutil.copytree(task, tmp_path / "same")
+    (same / "task.toml").write_text((task / "task.toml").read_text().replace('"no-network"', '"public"'))
+    assert validate_task(ResolvedTask("same", same), dataset_backend()), "a phase naming the environment's own mode is fine"
+
+
 def test_timeout_multipliers_reach_harbors_trial_config_and_the_sandboxs_builds(tmp_path):
     """As `harbor run --timeout-multiplier` and its per-phase flags: Harbor's trial multiplies each
     phase; the local sandbox's builds (prewarm's too) get the build's multiplier."""

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harbor.models.task.config import TaskConfig as HarborTaskConfig
+from harbor.models.task.config import VerifierConfig as HarborVerifierConfig
+from harbor.models.task.config import VerifierEnvironmentMode
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig, VerifierConfig
 from harbor.models.trial.result import TrialResult
 from harbor.trial.hooks import TrialEvent
@@ -126,6 +128,12 @@ def validate_task(task: ResolvedTask, backend: BackendSpec) -> str:
             "one is: a Harbor environment that has them (the backend's environment type, e.g. a cloud sandbox), on a work pool of "
             "such hosts (sweep --shards); or drop the key if the task does not need it."
         )
+    if backend.environment.is_local_sandbox and (switch := _phase_network_switch(source / "task.toml")):
+        raise RowRejected(
+            f"task {task.name!r}: {switch}: the local container sandbox gives a trial one network for all its phases and cannot "
+            "switch it while the trial runs. Give the phases the [environment]'s network_mode (or drop their own), or run the task in a "
+            "Harbor environment that switches networks between phases."
+        )
     refuse_unlisted_host_variables(source, task.name, backend.environment.task_env_passthrough)
     if verifier := own_verifier(source):
         return verifier
@@ -139,6 +147,30 @@ def _accelerators(path: Path) -> str | None:
     environment = HarborTaskConfig.model_validate_toml(path.read_text()).environment
     asked = {"gpus": environment.gpus or None, "gpu_types": environment.gpu_types or None, "tpu": environment.tpu and environment.tpu.model_dump()}
     return ", ".join(f"{key} = {value!r}" for key, value in asked.items() if value is not None) or None
+
+
+def _phase_network_switch(path: Path) -> str | None:
+    """The first phase whose own ``network_mode`` differs from the environment's (a shared verifier's
+    included; a separate verifier has an environment of its own), as the task says it, or None."""
+    config = HarborTaskConfig.model_validate_toml(path.read_text())
+    baseline = config.environment.network_mode
+    phases = [("[agent]", config.agent)]
+    if not _separate(config.verifier):
+        phases.append(("[verifier]", config.verifier))
+    for step in config.steps or []:
+        phases.append((f"[steps.agent] of step {step.name!r}", step.agent))
+        if not _separate(step.verifier) and not _separate(config.verifier):
+            phases.append((f"[steps.verifier] of step {step.name!r}", step.verifier))
+    for where, phase in phases:
+        if phase.network_mode is not None and phase.network_mode != baseline:
+            return f"{where} network_mode = {phase.network_mode.value!r} differs from [environment] network_mode = {baseline.value!r}"
+    return None
+
+
+def _separate(verifier: HarborVerifierConfig) -> bool:
+    """Whether this verifier runs in an environment of its own (Harbor's default once it names one)."""
+    mode = verifier.environment_mode
+    return mode == VerifierEnvironmentMode.SEPARATE or (mode is None and verifier.environment is not None)
 
 
 def _task_toml_problem(path: Path) -> str | None:
