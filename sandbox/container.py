@@ -241,7 +241,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         if self._tests is None and self._protect_tests and not self._owns_tests:
-            self._tests = VerifierTests(self.logger)
+            self._tests = VerifierTests(self.logger, size_mb=self._effective_memory_mb or self._default_memory_mb)
         with env_file_options({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
                 await self._start_pod(name, network, image, env_args)

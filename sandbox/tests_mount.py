@@ -1,8 +1,8 @@
 """Put a fresh copy of a task's tests at ``/tests`` in a running container, writable by the
 verifier and by nothing the agent left running: a helper process.
 
-``python -I -S tests_mount.py INIT_PID STAGING DROP`` makes a new tmpfs that no mount namespace
-holds yet (``fsopen``/``fsmount``) and copies the folder ``STAGING`` into it through the mount's
+``python -I -S tests_mount.py INIT_PID STAGING DROP SIZE_MB`` makes a new tmpfs of at most
+``SIZE_MB`` that no mount namespace holds yet (``fsopen``/``fsmount``) and copies the folder ``STAGING`` into it through the mount's
 file descriptor, owned by the container's root (its user namespace's, where it has one). A
 child process enters the container's mount namespace, unmounts the ``DROP`` copies put there
 before, and attaches the new one on ``/tests`` (``move_mount``): the tests appear whole, in
@@ -116,11 +116,12 @@ def root_ids(init_pid: int) -> tuple[int, int]:
     return mapped("uid_map"), mapped("gid_map")
 
 
-def new_tmpfs(syscall: Callable[..., int], uid: int, gid: int) -> int:
+def new_tmpfs(syscall: Callable[..., int], uid: int, gid: int, size_mb: int) -> int:
     """A detached tmpfs's mount fd: root folder 0755, owned by the container's root; no set-id, no devices."""
     fs = _checked(syscall(_SYS_FSOPEN, b"tmpfs", _FSOPEN_CLOEXEC), "fsopen")
     try:
-        for key, value in ((b"mode", b"755"), (b"uid", str(uid).encode()), (b"gid", str(gid).encode())):
+        options = ((b"mode", b"755"), (b"uid", str(uid).encode()), (b"gid", str(gid).encode()), (b"size", f"{size_mb}m".encode()))
+        for key, value in options:
             _checked(syscall(_SYS_FSCONFIG, fs, _FSCONFIG_SET_STRING, key, value, 0), "fsconfig")
         _checked(syscall(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0), "fsconfig-create")
         attributes = _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV | _MOUNT_ATTR_NOSYMFOLLOW
@@ -236,10 +237,10 @@ def _started(pid: int) -> int:
     return int(_stat(pid)[19])
 
 
-def prepare(libc: _Libc, init_pid: int, staging: str) -> tuple[int, Guard]:
+def prepare(libc: _Libc, init_pid: int, staging: str, size_mb: int) -> tuple[int, Guard]:
     """The filled tmpfs's mount fd, and its guard, before anything of the container can see it."""
     uid, gid = root_ids(init_pid)
-    mount = new_tmpfs(libc.syscall, uid, gid)
+    mount = new_tmpfs(libc.syscall, uid, gid, size_mb)
     source = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         copy_tree(source, mount, uid, gid)
@@ -284,10 +285,10 @@ def attach(libc: _Libc, init_pid: int, mount: int, drop: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    init_pid, staging, drop = int(argv[1]), argv[2], int(argv[3])
+    init_pid, staging, drop, size_mb = int(argv[1]), argv[2], int(argv[3]), int(argv[4])
     libc = _Libc()
     try:
-        mount, guard = prepare(libc, init_pid, staging)
+        mount, guard = prepare(libc, init_pid, staging, size_mb)
         guard.open_from_now()
         attach(libc, init_pid, mount, drop)
     except StageError as error:

@@ -41,8 +41,10 @@ _ATTACH_TIMEOUT_SEC = 120
 class VerifierTests:
     """One trial's ``/tests``: its read-only floor, its staging folder and the copies attached over it."""
 
-    def __init__(self, logger: logging.Logger | logging.LoggerAdapter):
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter, *, size_mb: int):
+        """``size_mb`` bounds the copy (the task's own tests and what the verifier adds): the trial's memory limit."""
         self._logger = logger
+        self._size_mb = size_mb
         self._parent = Path(tempfile.mkdtemp(prefix="prefect-harbor-tests-"))  # 0700: no host user reaches below
         self.floor = self._parent / "floor"
         self._staging = self._parent / "staging"
@@ -81,7 +83,7 @@ class VerifierTests:
         if root is None:
             return "the container is not running"
         helper = await start_engine_process(
-            [sys.executable, "-I", "-S", tests_mount.__file__, str(root.init_pid), str(self._staging), str(self._attached)],
+            [sys.executable, "-I", "-S", tests_mount.__file__, str(root.init_pid), str(self._staging), str(self._attached), str(self._size_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
         )  # fmt: skip
         assert helper.stdout is not None  # started with stdout=PIPE
