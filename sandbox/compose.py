@@ -385,6 +385,11 @@ def _set_volumes(service: Service, value: Any, context: _Context) -> None:
                 f"{where}: target {target!r} cannot be a mount here: it must be an absolute folder, not / nor under {' or '.join(_SANDBOX_FOLDERS)} "
                 "(the tests and Harbor's logs, which the sandbox places and copies out itself)."
             )
+        if ".." in PurePosixPath(target).parts or any(c in target for c in ",:") or not target.isprintable():
+            raise ComposeNotSupported(
+                f"{where}: target {target!r} cannot be a mount here: a plain absolute path is needed, without '..', ',' or ':' "
+                "(the engine would read what follows them as the mount's options, or another folder)."
+            )
         if kind == "bind":
             context.warnings.append(
                 f"{where}: the host path {source!r} is not mounted (a host's files never reach a trial): {target} is an empty folder instead, "

@@ -58,6 +58,10 @@ def test_no_compose_file_is_no_project(tmp_path):
         ("services:\n  main:\n    volumes: [/var/cache]\n", "services.main.volumes[0]: an anonymous volume cannot be honoured"),
         ("services:\n  main:\n    volumes: ['/srv:/tests/data']\n", "services.main.volumes[0]: target '/tests/data' cannot be a mount here"),
         ("services:\n  main:\n    volumes: [{type: tmpfs, target: /logs/verifier}]\n", "target '/logs/verifier' cannot be a mount here"),
+        # The tmpfs a host path becomes is given as TARGET:OPTIONS: a target cannot add options, nor reach /tests by '..'.
+        ("services:\n  main:\n    volumes: [{type: tmpfs, target: '/data:rw,suid,dev'}]\n", "target '/data:rw,suid,dev' cannot be a mount here: a plain absolute path"),
+        ("services:\n  main:\n    volumes: [{type: bind, source: /srv, target: '/data,suid'}]\n", "target '/data,suid' cannot be a mount here: a plain absolute path"),
+        ("services:\n  main:\n    volumes: [{type: tmpfs, target: /srv/../tests}]\n", "target '/srv/../tests' cannot be a mount here: a plain absolute path"),
         ("services:\n  main:\n    command: python server.py\n", "services.main.command"),
         ("services:\n  main:\n    network_mode: host\n", "services.main.network_mode: 'host'"),
         ("services:\n  db: {environment: {A: b}}\n", "services.db: a service beside main needs a build or an image"),
