@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harbor.models.task.config import TaskConfig as HarborTaskConfig
-from harbor.models.task.config import VerifierConfig as HarborVerifierConfig
 from harbor.models.task.config import VerifierEnvironmentMode
+from harbor.models.task.verifier_mode import resolve_step_verifier_mode, resolve_task_verifier_mode
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig, VerifierConfig
 from harbor.models.trial.result import TrialResult
 from harbor.trial.hooks import TrialEvent
@@ -155,22 +155,16 @@ def _phase_network_switch(path: Path) -> str | None:
     config = HarborTaskConfig.model_validate_toml(path.read_text())
     baseline = config.environment.network_mode
     phases = [("[agent]", config.agent)]
-    if not _separate(config.verifier):
+    if resolve_task_verifier_mode(config) != VerifierEnvironmentMode.SEPARATE:
         phases.append(("[verifier]", config.verifier))
     for step in config.steps or []:
         phases.append((f"[steps.agent] of step {step.name!r}", step.agent))
-        if not _separate(step.verifier) and not _separate(config.verifier):
+        if resolve_step_verifier_mode(config, step) != VerifierEnvironmentMode.SEPARATE:
             phases.append((f"[steps.verifier] of step {step.name!r}", step.verifier))
     for where, phase in phases:
         if phase.network_mode is not None and phase.network_mode != baseline:
             return f"{where} network_mode = {phase.network_mode.value!r} differs from [environment] network_mode = {baseline.value!r}"
     return None
-
-
-def _separate(verifier: HarborVerifierConfig) -> bool:
-    """Whether this verifier runs in an environment of its own (Harbor's default once it names one)."""
-    mode = verifier.environment_mode
-    return mode == VerifierEnvironmentMode.SEPARATE or (mode is None and verifier.environment is not None)
 
 
 def _task_toml_problem(path: Path) -> str | None:
