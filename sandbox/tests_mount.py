@@ -57,6 +57,7 @@ _MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MNT_DETACH = 0x2
 _UMOUNT_NOFOLLOW = 0x8
 _TARGET = b"/tests"
+_ADOPTION_READS = 8  # a parent that ended is re-read; eight in a row means something else is wrong
 _FS_IOC_SETFLAGS = 0x40086602
 _FS_IMMUTABLE_FL = 0x10
 _FAN_CLASS_CONTENT = 0x4
@@ -175,7 +176,7 @@ class Guard:
         self.fd = _checked(libc.fanotify_init(_FAN_CLASS_CONTENT | _FAN_CLOEXEC, event_flags), "fanotify_init")
         _checked(libc.fanotify_mark(self.fd, _FAN_MARK_ADD | _FAN_MARK_FILESYSTEM, _FAN_OPEN_PERM | _FAN_OPEN_EXEC_PERM, mount, b"."), "fanotify_mark")
         self._init_pid = init_pid
-        self._pid_namespace = os.stat(f"/proc/{init_pid}/ns/pid").st_ino
+        self._pid_namespace = _pid_namespace(init_pid)
         self._since = 0
 
     def open_from_now(self) -> None:
@@ -185,16 +186,30 @@ class Guard:
     def allows(self, pid: int) -> bool:
         """Whether process ``pid`` (a host pid) is of an exec started since :meth:`open_from_now`."""
         try:
-            if os.stat(f"/proc/{pid}/ns/pid").st_ino != self._pid_namespace:
+            if _pid_namespace(pid) != self._pid_namespace:
                 return True  # the host's own (root's tools): no process of the container
             while True:
-                parent = _parent(pid)
-                if os.stat(f"/proc/{parent}/ns/pid").st_ino != self._pid_namespace:
+                parent, inside = self._parent_of(pid)
+                if not inside:
                     break  # ``pid`` is an exec's first process, or the container's init
                 pid = parent
             return pid != self._init_pid and _started(pid) >= self._since
         except (OSError, ValueError):
             return False  # gone while asked: not provably the verifier's
+
+    def _parent_of(self, pid: int) -> tuple[int, bool]:
+        """``pid``'s parent, and whether it is in the container's pid namespace.
+
+        An exec's first process is started by the runtime (crun), which leaves at once: its
+        process is then adopted by conmon. A parent that ended between the two reads has handed
+        ``pid`` to another, so the parent is read again rather than the open refused."""
+        for _ in range(_ADOPTION_READS):
+            parent = _parent(pid)
+            try:
+                return parent, _pid_namespace(parent) == self._pid_namespace
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        raise ProcessLookupError(pid)
 
     def answer(self) -> None:
         """Answer every permission question queued now."""
@@ -227,6 +242,10 @@ def _stat(pid: int) -> list[bytes]:
     with open(f"/proc/{pid}/stat", "rb") as handle:
         line = handle.read(4096)
     return line[line.rindex(b")") + 2 :].split()
+
+
+def _pid_namespace(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino
 
 
 def _parent(pid: int) -> int:
