@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import secrets
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect_harbor.sandbox.engine import CONF_DIR, LABEL_OWNER, Completed, EngineError, podman, podman_sync
+from prefect_harbor.sandbox.image_disk import cache_in_use, check_cache_if_due
 from prefect_harbor.sandbox.janitor import ensure_watchdog, owner_token
 from prefect_harbor.sandbox.network import ensure_network
 from prefect_harbor.sandbox.seccomp import seccomp_profile
@@ -56,6 +58,7 @@ BUILDER_IMAGE = f"prefect-harbor.local/builder:{BUILDER_SUITE}-{BUILDER_RECIPE}"
 #: The host ids the builder's ids 0-65535 map to (root's case): above any ordinary user's and
 #: subordinate ranges, below the ``containers`` range podman's ``--userns=auto`` takes.
 BUILDER_IDS = (0x70000000, 65536)
+logger = logging.getLogger(__name__)
 #: The label every builder container carries (beside the owner's), so the janitor can tell them apart.
 LABEL_BUILD = "io.prefect-harbor.build"
 _IN_BUILDER_CONF = "/etc/prefect-harbor/containers.conf"
@@ -173,6 +176,15 @@ async def run_build(job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Co
     """
     image = await asyncio.to_thread(ensure_builder_image)
     home = builder_home()
+    checked = await asyncio.to_thread(check_cache_if_due, home)
+    if checked is not None and checked.dropped:
+        logger.info("%s", checked.describe())
+    async with cache_in_use(home):
+        return await _build_held(image, home, job, timeout_sec=timeout_sec, pids_limit=pids_limit)
+
+
+async def _build_held(image: str, home: Path, job: BuildJob, *, timeout_sec: float, pids_limit: int) -> Completed:
+    """:func:`run_build`, the builder's cache held (:func:`.image_disk.cache_in_use`)."""
     archives = {image_id: await _base_archive(image_id, home) for image_id in sorted(set(job.bases.values()))}
     with tempfile.TemporaryDirectory(prefix="build-", dir=home) as scratch_dir:
         scratch = Path(scratch_dir)

@@ -44,7 +44,7 @@ from harbor.models.task.config import EnvironmentConfig, TaskConfig
 from harbor.utils.container_cache import docker_build_context_hash
 
 from prefect_harbor.sandbox.build_guard import Guarded, UnsafeDockerfileError, guard
-from prefect_harbor.sandbox.builder import BuildJob, run_build
+from prefect_harbor.sandbox.builder import BuildJob, builder_home, run_build
 from prefect_harbor.sandbox.compose import TESTS_DIR, Project, Service
 from prefect_harbor.sandbox.compose import load as load_compose
 from prefect_harbor.sandbox.dockerfile import (
@@ -59,6 +59,7 @@ from prefect_harbor.sandbox.dockerfile import (
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
+from prefect_harbor.sandbox.image_disk import mark_used
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.private import private_folder
@@ -385,6 +386,7 @@ class ImageResolver:
                     async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
                         await self._build(environment_dir, dockerfile, name, guarded, {**bases, **copied}, tag, timeout_sec)
         self._known[tag] = tag
+        await asyncio.to_thread(mark_used, builder_home(), tag)  # what `prefect-harbor images prune` reads
         return tag
 
     async def _build(

@@ -80,6 +80,10 @@ setup() {
     # Task images are built inside a builder container (Debian 13's buildah), never by the host's own.
     say "Image builder (prefect-harbor images builder)"
     .venv/bin/prefect-harbor images builder
+    # Disk stays bounded: task images no sweep used lately, and the builder's cache over its cap
+    # (PREFECT_HARBOR_BUILDER_CACHE_GB). The suite makes many one-off images, so its setup keeps two days.
+    say "Disk (prefect-harbor images prune)"
+    .venv/bin/prefect-harbor images prune --unused-days "$([ "${1:-}" = test ] && echo 2 || echo 14)"
 }
 
 # Offline-friendly Prefect defaults: no analytics, and time for a cold ephemeral server.

@@ -501,6 +501,26 @@ def images_builder(
     VisibleConsole().print(f"builder: {made}", highlight=False)
 
 
+@images.command("prune")
+def images_prune(
+    unused_days: Annotated[float, typer.Option(min=0, help="Remove task images no sweep has used for this many days.")] = 14,
+) -> None:
+    """Free disk: task images no sweep used lately, and the builder's cache when over its cap (PREFECT_HARBOR_BUILDER_CACHE_GB)."""
+    from prefect_harbor.sandbox.builder import builder_home
+    from prefect_harbor.sandbox.image_disk import cache_cap_bytes, check_cache, prune_task_images
+    from prefect_harbor.sandbox.images import IMAGE_REPOSITORY
+
+    home = builder_home()
+    try:
+        cap = cache_cap_bytes()  # a bad setting fails before anything is removed
+        pruned = prune_task_images(home, IMAGE_REPOSITORY, unused_days)
+        checked = check_cache(home, cap)
+    except (ValueError, RuntimeError) as error:
+        raise fail(str(error)) from None
+    VisibleConsole().print(pruned.describe(unused_days), highlight=False)
+    VisibleConsole().print(checked.describe(), highlight=False)
+
+
 @app.command()
 def cleanup(
     results: Annotated[str, typer.Option(help="Results root whose dead runs to mark Crashed: a local path or an fsspec URL.")] = "results",
