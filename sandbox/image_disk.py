@@ -16,7 +16,6 @@ Two stores grow with every new task environment:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -25,11 +24,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from prefect_harbor.sandbox.engine import podman_sync
+from prefect_harbor.sandbox.file_locks import polled_flock
 
 CACHE_CAP_VARIABLE = "PREFECT_HARBOR_BUILDER_CACHE_GB"
 DEFAULT_CACHE_GB = 20.0
@@ -71,22 +71,9 @@ class CacheCheck:
         return f"builder cache: {self.size_bytes / 1e9:.1f} GB of a {self.cap_bytes / 1e9:g} GB cap, {verdict}"
 
 
-@contextlib.asynccontextmanager
-async def cache_in_use(home: Path) -> AsyncIterator[None]:
-    """A build's shared hold on the builder's cache, which is not dropped while anyone holds it.
-
-    Polled, so waiting (only while a drop is under way) never blocks the event loop."""
-    with (home / _LOCK_NAME).open("a") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def cache_in_use(home: Path) -> contextlib.AbstractAsyncContextManager[None]:
+    """A build's shared hold on the builder's cache, which is not dropped while anyone holds it."""
+    return polled_flock(home / _LOCK_NAME, shared=True)
 
 
 @contextlib.contextmanager

@@ -59,6 +59,7 @@ from prefect_harbor.sandbox.dockerfile import (
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import EngineError, podman
+from prefect_harbor.sandbox.file_locks import polled_flock
 from prefect_harbor.sandbox.image_disk import mark_used
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
@@ -241,7 +242,7 @@ class ImageResolver:
             return None
         if not self.settings.make_bases:
             raise BaseNotMadeError(f"base image {reference!r} is not in local storage: a sweep bootstraps it from Debian's mirror ({suite}) on first use.")
-        async with _flock(self.settings.log_dir / f"bootstrap-{suite}.lock"):
+        async with polled_flock(self.settings.log_dir / f"bootstrap-{suite}.lock"):
             try:
                 made = await asyncio.to_thread(bootstrap, normalized)
             except EngineError as error:
@@ -381,7 +382,7 @@ class ImageResolver:
         if not build:
             return tag
         if not await _exists(tag):
-            async with _flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
+            async with polled_flock(self.settings.log_dir / f"{_sanitize(tag)}.lock"):
                 if not await _exists(tag):
                     async with _build_slot(self.settings.log_dir, self.settings.max_parallel_builds):
                         await self._build(environment_dir, dockerfile, name, guarded, {**bases, **copied}, tag, timeout_sec)
@@ -532,26 +533,6 @@ async def present_images(references: set[str]) -> set[str]:
         return set()
     inspected = await podman("image", "inspect", "--format", "{{range .RepoTags}}{{.}} {{end}}", *sorted(references))
     return references & set(inspected.stdout.decode(errors="replace").split())  # a missing name fails the call but not the others' lines
-
-
-@contextlib.asynccontextmanager
-async def _flock(path: Path) -> AsyncIterator[None]:
-    """An exclusive flock, polled so that waiting never blocks the event loop and stays cancellable.
-
-    flock locks belong to an open file, so they serialize threads, event loops and processes alike.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.asynccontextmanager
