@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import os
 import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any, override
@@ -50,7 +52,7 @@ from harbor.environments.compose_service_ops import ComposeServiceOpsMixin, Comp
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import janitor, pod, transfer, workdir
+from prefect_harbor.sandbox import egress, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, STATE_CALL_TIMEOUT_SEC, EngineError, env_file_options, podman, podman_path
@@ -70,6 +72,11 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 DEFAULT_MAX_COPY_MB = 1024
+#: Every kind of allowed_hosts entry Harbor knows: the proxy (:mod:`.egress`) checks each.
+_ALLOWLIST_CAPABILITIES = (
+    "network_allowlist", "network_allowlist_hostnames", "network_allowlist_wildcard_hostnames", "network_allowlist_ipv4_addresses",
+    "network_allowlist_ipv6_addresses", "network_allowlist_ipv4_cidrs", "network_allowlist_ipv6_cidrs",
+)  # fmt: skip
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
 
@@ -142,6 +149,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._protect_tests = protect_tests
         self._userns = check_userns(userns)
         self._tests: VerifierTests | None = None  # made by start()
+        self._egress: egress.EgressProxy | None = None  # a restricted trial's proxy, between start() and stop()
         self._container: str | None = None
         self._pod: pod.Pod | None = None  # a multi-service task's, between start() and stop()
         self._services: dict[str, str] = {}
@@ -168,7 +176,10 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     def capabilities(self) -> EnvironmentCapabilities:
         # docker_compose: compose services run in a pod, with Harbor's per-service operations
         # (collect hooks, sidecar artifacts) below; overlays are refused (_validate_extra_docker_compose_support).
-        return EnvironmentCapabilities(disable_internet=True, mounted=False, docker_compose=True)
+        # The network: no-network and allowlist trials have none of their own; their proxy's list
+        # changes between phases (:mod:`.egress`), which is the only switch there is.
+        allowlist = dict.fromkeys(_ALLOWLIST_CAPABILITIES, True)
+        return EnvironmentCapabilities(disable_internet=True, mounted=False, docker_compose=True, dynamic_network_policy=True, **allowlist)
 
     @override
     def _validate_extra_docker_compose_support(self) -> None:
@@ -194,14 +205,53 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     @override
     def validate_network_policy_support(self, network_policy: NetworkPolicy | None = None) -> None:
         policy = network_policy or self._network_policy
-        if policy.network_mode == NetworkMode.ALLOWLIST:
+        if policy.network_mode == NetworkMode.ALLOWLIST and os.geteuid() != 0:
             raise ValueError(
-                "network_mode='allowlist' is not enforced by the local container sandbox: a trial "
-                "gets either a NATed network ('public') or none ('no-network'). Set the task's "
-                "[environment] network_mode to one of those, or run it in a Harbor environment "
-                "that enforces allowlists (type 'docker')."
+                "network_mode='allowlist' needs the sweep to run as root here: its proxy is put into the trial's own "
+                "network namespace by the host's root. Run the sweep as root, or set the task's network_mode to "
+                "'public' or 'no-network'."
             )
         super().validate_network_policy_support(network_policy)
+
+    @override
+    async def _apply_network_policy(self, network_policy: NetworkPolicy) -> None:
+        """A phase's policy: a restricted trial's proxy takes the phase's list (the task was refused
+        before its trial if a phase would need a network the container does not have)."""
+        if self._egress is None or network_policy.network_mode == NetworkMode.PUBLIC:
+            raise ValueError(
+                f"this trial's network ({self._network_policy.network_mode.value}) cannot become {network_policy.network_mode.value} "
+                "while it runs: the local sandbox switches between 'no-network' and 'allowlist' only."
+            )
+        self._egress.policy = network_policy
+
+    def _restricted(self) -> bool:
+        """Whether the trial gets no network of its own (no-network or allowlist, or a compose
+        main with ``network_mode: none``): its only way out is its proxy."""
+        return self._network_policy.network_mode != NetworkMode.PUBLIC or self._main.no_network
+
+    def _proxy_variables(self) -> dict[str, str]:
+        """The proxy settings main and its services start with: the host's (relayed) on the
+        bridge; a restricted trial's own proxy where any of its phases has an allowlist."""
+        if not self._restricted():
+            return container_proxy_variables()
+        if any(policy.network_mode == NetworkMode.ALLOWLIST for policy in [self._network_policy, *self._phase_network_policies]):
+            return egress.proxy_variables(self._compose.host_names if self._compose else ())
+        return {}
+
+    async def _start_egress(self, container: str) -> None:
+        """A restricted trial's proxy, listening in the network namespace of ``container`` before
+        anything of the task runs there."""
+        if not self._restricted():
+            return
+        pid = int((await podman("inspect", "--format", "{{.State.Pid}}", container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"inspecting {container}").text)
+        public = self._network_policy.network_mode == NetworkMode.PUBLIC  # a compose main with network_mode: none
+        proxy = egress.EgressProxy(NetworkPolicy(network_mode=NetworkMode.NO_NETWORK) if public else self._network_policy, self._record_egress)
+        await asyncio.to_thread(proxy.start, pid)
+        self._egress = proxy
+        self._report.open("network")
+
+    def _record_egress(self, attempt: egress.Attempt) -> None:
+        self._report.put("network", dataclasses.asdict(attempt), key=f"{attempt.host}:{attempt.port}:{attempt.allowed}")
 
     @override
     def _validate_definition(self) -> None:
@@ -236,13 +286,12 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
     @override
     async def start(self, force_build: bool) -> None:
         image = await self.prepare_image(force_build)
-        no_network = self._network_policy.network_mode == NetworkMode.NO_NETWORK or self._main.no_network
-        network = "none" if no_network else await asyncio.to_thread(ensure_network)
+        network = "none" if self._restricted() else await asyncio.to_thread(ensure_network)
         janitor.ensure_watchdog()
         name = f"ph-{_sanitize(self.session_id)[:40]}-{secrets.token_hex(3)}"
         if self._tests is None and self._protect_tests and not self._owns_tests:
             self._tests = VerifierTests(self.logger, size_mb=self._effective_memory_mb or self._default_memory_mb)
-        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
+        with env_file_options({**await asyncio.to_thread(self._proxy_variables), **self._main.environment, **self._startup_env()}) as env_args:
             if self._compose_services():
                 await self._start_pod(name, network, image, env_args)
             else:
@@ -268,6 +317,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._container = done.check(f"starting a container from {image}").text
         if network != "none":
             await asyncio.to_thread(isolate_ports)
+        await self._start_egress(self._container)
         if self._main.healthcheck:
             await pod.wait_healthy(self._container, MAIN, self._main.healthcheck)
 
@@ -280,6 +330,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
             await self._pod.create()
             if network != "none":
                 await asyncio.to_thread(isolate_ports)  # before any service listens
+            await self._start_egress(f"{name}-infra")  # the pod's namespace, before any service starts
             await pod.start_in_order(self._compose, functools.partial(self._add_to_pod, self._pod, image, env_args))
         except BaseException:
             await asyncio.shield(self._remove_pod())
@@ -291,7 +342,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         if service.name == MAIN:
             self._container = await trial_pod.add(name, [*self._main_options(), *main_env_args], image, list(KEEP_ALIVE), service.extra_host_entries)
             return self._container
-        with env_file_options({**await asyncio.to_thread(container_proxy_variables), **service.environment}) as env_args:
+        with env_file_options({**await asyncio.to_thread(self._proxy_variables), **service.environment}) as env_args:
             options = [*self._service_options(service), *env_args]
             container = await trial_pod.add(name, options, self._service_images[service.name], service.command or [], service.extra_host_entries)
         self._services[service.name] = container
@@ -365,6 +416,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         """Remove the container (or the pod, with every service in it); images stay cached whatever ``delete`` says."""
         container, self._container = self._container, None
         self._watch.close()
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
         if self._tests is not None:
             await self._tests.close()
             self._tests = None

@@ -200,6 +200,12 @@ def relay_for(target: tuple[str, int], handler: type[Forward] = Forward) -> Rela
         return relay
 
 
+def relay_addresses() -> set[tuple[str, int]]:
+    """Where this process's relays listen (the bridge's gateway, a port each)."""
+    with _lock:
+        return {relay.address[:2] for relay in _relays.values()}
+
+
 def close_relays() -> None:
     """Close every relay of this process (at exit; the watchdog covers a process that is killed)."""
     with _lock:

@@ -7,10 +7,12 @@ a container can write it. Sections, each a list of entries:
 
 * ``copies_cut``: a copy out of the container that stopped at ``max_copy_mb``, with how many
   files and bytes it kept and dropped;
-* ``verifications``: the evidence around each verifier run (:mod:`.verifier_watch`).
+* ``verifications``: the evidence around each verifier run (:mod:`.verifier_watch`);
+* ``network``: each destination a restricted trial asked its proxy for, allowed or refused
+  (:mod:`.egress`); present and empty when it asked for none.
 
-The row reads them back (:func:`read_sections`): ``verifier_tampering`` comes from here, and
-the archive keeps the folder.
+The row reads them back (:func:`read_sections`): ``verifier_tampering`` and ``hosts_tried``
+come from here, and the archive keeps the folder.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ class TrialReport:
         """Append ``entry`` to ``section`` and write the file whole (a crash leaves the last one)."""
         self._sections.setdefault(section, []).append(entry)
         self.write()
+
+    def open(self, section: str) -> None:
+        """Make ``section`` present, empty: what is watched and saw nothing says so."""
+        if section not in self._sections:
+            self._sections[section] = []
+            self.write()
 
     def put(self, section: str, entry: dict[str, Any], *, key: str) -> None:
         """``entry`` in ``section``, in place of the one put before with the same ``key``."""

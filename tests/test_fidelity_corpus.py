@@ -24,8 +24,8 @@ REQUIRED_KINDS = {
     # separate verifiers with artifacts, compose networks and variables
     "prebuilt-image-fallback", "workdir-last", "copy-from-image", "python-version-matches-tag", "ubuntu-user",
     "separate-verifier", "artifacts", "compose-named-network", "compose-variables",
-    # issue 40: a verifier that writes into /tests
-    "verifier-writes-tests",
+    # issue 40: a verifier that writes into /tests; allowlist networking, and a phase's own network_mode
+    "verifier-writes-tests", "allowlist-network", "phase-network-mode",
 }  # fmt: skip
 
 

@@ -190,6 +190,7 @@ def test_the_results_schema_derived_from_the_model_is_the_documented_one():
         ("cost_usd", pa.float64()), ("final_messages", pa.string()), ("host", pa.string()), ("trial_name", pa.string()), ("trial_dir", pa.string()),
         ("artifact_uri", pa.string()), ("archive_error", pa.string()), ("certification", pa.string()),
         ("verifier_tampering", pa.list_(pa.string())),
+        ("hosts_tried", pa.list_(pa.string())),
         ("started_at", pa.timestamp("us", tz="UTC")), ("finished_at", pa.timestamp("us", tz="UTC")),
     ])  # fmt: skip
     assert RESULTS_SCHEMA.equals(documented), RESULTS_SCHEMA

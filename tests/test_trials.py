@@ -289,11 +289,15 @@ def test_a_task_whose_phases_need_another_network_is_refused_before_any_trial_na
     text = (task / "task.toml").read_text()
     assert table in text
     (task / "task.toml").write_text(text.replace(table, appended.rstrip("\n"), 1))
-    with pytest.raises(RowRejected, match=re.escape(f"task 'phases': {named}") + ".*cannot switch it while the trial runs"):
+    with pytest.raises(RowRejected, match=re.escape(f"task 'phases': {named}") + ".*cannot change that while the trial runs"):
         validate_task(ResolvedTask("phases", task), dataset_backend())
     same = shutil.copytree(task, tmp_path / "same")
     (same / "task.toml").write_text((task / "task.toml").read_text().replace('"no-network"', '"public"'))
     assert validate_task(ResolvedTask("same", same), dataset_backend()), "a phase naming the environment's own mode is fine"
+    restricted = shutil.copytree(task, tmp_path / "restricted")
+    text = (task / "task.toml").read_text().replace('"no-network"', '"allowlist"\nallowed_hosts = ["pypi.org"]')
+    (restricted / "task.toml").write_text(text.replace("[environment]", '[environment]\nnetwork_mode = "no-network"', 1))
+    assert validate_task(ResolvedTask("restricted", restricted), dataset_backend()), "no-network and allowlist phases switch the proxy's list"
 
 
 def test_timeout_multipliers_reach_harbors_trial_config_and_the_sandboxs_builds(tmp_path):

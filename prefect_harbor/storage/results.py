@@ -84,6 +84,11 @@ class RowResult(BaseModel):
     verifier_tampering: list[str] | None = Field(
         default=None, description="Evidence that the agent tampered with its verifier, a short line each; empty when checked and clean, null when not checked."
     )
+    hosts_tried: list[str] | None = Field(
+        default=None,
+        description="Where a trial without a network of its own (no-network, allowlist) asked its proxy to go: 'host:port', "
+        "'(refused: why)' after those refused; empty when it asked for nothing; null when the trial had the public network (not observed).",
+    )
     started_at: datetime | None = None
     finished_at: datetime | None = None
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harbor.models.task.config import NetworkMode, VerifierEnvironmentMode
 from harbor.models.task.config import TaskConfig as HarborTaskConfig
-from harbor.models.task.config import VerifierEnvironmentMode
 from harbor.models.task.verifier_mode import resolve_step_verifier_mode, resolve_task_verifier_mode
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig, VerifierConfig
 from harbor.models.trial.result import TrialResult
@@ -42,6 +42,7 @@ from prefect_harbor.spec import BackendSpec, NativeAgent, WorkflowAgent
 from prefect_harbor.storage.results import ErrorCategory, RowResult
 from prefect_harbor.trial import tampering
 from prefect_harbor.trial.bounded_verifier import IMPORT_PATH as BOUNDED_VERIFIER
+from prefect_harbor.trial.hosts_tried import hosts_tried
 from prefect_harbor.trial.outcome import failure_cause, outcome, verifier_output_tail, workflow_outcome
 from prefect_harbor.trial.task_env import refuse_unlisted_host_variables
 from prefect_harbor.trial.verifier_isolation import isolate_verifier
@@ -130,9 +131,9 @@ def validate_task(task: ResolvedTask, backend: BackendSpec) -> str:
         )
     if backend.environment.is_local_sandbox and (switch := _phase_network_switch(source / "task.toml")):
         raise RowRejected(
-            f"task {task.name!r}: {switch}: the local container sandbox gives a trial one network for all its phases and cannot "
-            "switch it while the trial runs. Give the phases the [environment]'s network_mode (or drop their own), or run the task in a "
-            "Harbor environment that switches networks between phases."
+            f"task {task.name!r}: {switch}: the local container sandbox starts a trial with a network ('public') or without one "
+            "('no-network', 'allowlist': its phases switch between those two) and cannot change that while the trial runs. Give the "
+            "phases the [environment]'s kind of network_mode, or run the task in a Harbor environment that switches networks between phases."
         )
     refuse_unlisted_host_variables(source, task.name, backend.environment.task_env_passthrough)
     if verifier := own_verifier(source):
@@ -150,8 +151,9 @@ def _accelerators(path: Path) -> str | None:
 
 
 def _phase_network_switch(path: Path) -> str | None:
-    """The first phase whose own ``network_mode`` differs from the environment's (a shared verifier's
-    included; a separate verifier has an environment of its own), as the task says it, or None."""
+    """The first phase whose own ``network_mode`` needs a network the environment's has not, or
+    none where it has one ('public' against 'no-network'/'allowlist'; a shared verifier's
+    included, a separate verifier has an environment of its own), as the task says it, or None."""
     config = HarborTaskConfig.model_validate_toml(path.read_text())
     baseline = config.environment.network_mode
     phases = [("[agent]", config.agent)]
@@ -162,7 +164,7 @@ def _phase_network_switch(path: Path) -> str | None:
         if resolve_step_verifier_mode(config, step) != VerifierEnvironmentMode.SEPARATE:
             phases.append((f"[steps.verifier] of step {step.name!r}", step.verifier))
     for where, phase in phases:
-        if phase.network_mode is not None and phase.network_mode != baseline:
+        if phase.network_mode is not None and (phase.network_mode == NetworkMode.PUBLIC) != (baseline == NetworkMode.PUBLIC):
             return f"{where} network_mode = {phase.network_mode.value!r} differs from [environment] network_mode = {baseline.value!r}"
     return None
 
@@ -329,6 +331,7 @@ async def run_row(
     if isinstance(backend.agent, WorkflowAgent):
         row_result = workflow_outcome(row_result, read_container_result(trial_dir / "agent"), read_tail(trial_dir / "verifier" / "test-stdout.txt"))
     row_result = tampering.judge(row_result, trial_dir, backend.scoring.on_tampering)
+    row_result.hosts_tried = hosts_tried(trial_dir)
     row_result.trial_dir = str(trial_dir)
     return row_result
 

@@ -18,7 +18,7 @@ MakeEnvironment = Callable[..., ContainerEnvironment]
 
 @pytest.fixture
 def make_environment(tmp_path: Path) -> MakeEnvironment:
-    """A factory: ``make_environment(dockerfile=..., network_mode=..., files={path: text}, **env_kwargs)``;
+    """A factory: ``make_environment(dockerfile=..., network_mode=..., allowed_hosts=..., files={path: text}, **env_kwargs)``;
     ``files`` are written into the environment folder first (a docker-compose.yaml, service contexts)."""
     counter = iter(range(1000))
 
@@ -27,6 +27,7 @@ def make_environment(tmp_path: Path) -> MakeEnvironment:
         network_mode: NetworkMode = NetworkMode.PUBLIC,
         task_env: EnvironmentConfig | None = None,
         files: dict[str, str] | None = None,
+        allowed_hosts: list[str] | None = None,
         **kwargs,
     ) -> ContainerEnvironment:
         n = next(counter)
@@ -44,8 +45,8 @@ def make_environment(tmp_path: Path) -> MakeEnvironment:
             # Unique across test processes: tests find their trial's containers by this label.
             session_id=f"selfcheck{n}-{secrets.token_hex(3)}__env",
             trial_paths=trial_paths,
-            task_env_config=task_env or EnvironmentConfig(network_mode=network_mode),
-            network_policy=NetworkPolicy(network_mode=network_mode),
+            task_env_config=task_env or EnvironmentConfig(network_mode=network_mode, allowed_hosts=allowed_hosts),
+            network_policy=NetworkPolicy(network_mode=network_mode, allowed_hosts=allowed_hosts or []),
             **kwargs,
         )
 

@@ -4,7 +4,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harbor.models.task.config import EnvironmentConfig, NetworkMode
+from harbor.models.task.config import EnvironmentConfig
 from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
 from prefect_harbor.sandbox.engine import podman
@@ -52,11 +52,6 @@ async def test_the_hosts_proxy_settings_reach_the_trial_and_nothing_else_of_its_
     finally:
         await env.stop(delete=True)
     assert seen == "http://proxy.invalid:3128|localhost|unset"
-
-
-def test_an_allowlist_task_is_refused_naming_the_alternatives(make_environment):
-    with pytest.raises(ValueError, match="allowlist.*'public'.*'no-network'.*type 'docker'"):
-        make_environment(network_mode=NetworkMode.ALLOWLIST)
 
 
 async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_docker_run_w_does(make_environment):

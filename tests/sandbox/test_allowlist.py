@@ -1,0 +1,122 @@
+"""Allowlist networking in a real container: the allowed hosts through the trial's proxy, nothing else
+(no route, no DNS, no host address whatever the list says), phases switching the list, every
+destination asked for in the trial's sandbox report."""
+
+import json
+import socket
+
+import pytest
+from harbor.models.task.config import NetworkMode, NetworkPolicy
+from tasks_factory import API_COMPOSE, API_FILES, FETCH
+
+from prefect_harbor.sandbox.engine import podman
+
+pytestmark = pytest.mark.integration
+
+#: Run in the container: each probe's first line of answer (or the error), as JSON.
+PROBE = r"""
+import json, os, socket, sys
+
+def proxied(request):
+    try:
+        with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
+            s.sendall(request.encode())
+            return s.recv(4096).split(b"\r\n")[0].decode()
+    except OSError as e:
+        return type(e).__name__
+
+def connect(host, port):
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+
+def resolve(name):
+    try:
+        socket.getaddrinfo(name, 443)
+        return "resolved"
+    except OSError:
+        return "unresolved"
+
+def bind(port):
+    try:
+        socket.create_server(("127.0.0.1", port))
+        return "bound"
+    except OSError as e:
+        return type(e).__name__
+
+print(json.dumps({
+    "env": os.environ.get("https_proxy"),
+    "allowed": proxied("CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n"),
+    "plain_http": proxied("GET http://deb.debian.org/debian/ HTTP/1.1\r\nHost: deb.debian.org\r\n\r\n"),
+    "not_listed": proxied("CONNECT files.pythonhosted.org:443 HTTP/1.1\r\n\r\n"),
+    "listed_but_the_host": proxied("CONNECT 127.0.0.1:4200 HTTP/1.1\r\n\r\n"),
+    "listed_private": proxied("CONNECT 10.1.2.3:80 HTTP/1.1\r\n\r\n"),
+    "mapped": proxied("CONNECT [::ffff:127.0.0.1]:4200 HTTP/1.1\r\n\r\n"),
+    "direct": connect(sys.argv[1], 443),
+    "dns": resolve("pypi.org"),
+    "take_the_port": bind(3128),
+}))
+"""
+
+
+async def probe(env, pypi_address: str) -> dict:
+    done = await env.exec(f"cat > /tmp/probe.py <<'PY'\n{PROBE}\nPY\npython3 /tmp/probe.py {pypi_address}")
+    assert done.return_code == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def network_report(env) -> list[dict]:
+    reports = list((env.trial_paths.trial_dir / "sandbox").glob("*.json"))
+    return [entry for path in reports for entry in json.loads(path.read_text()).get("network", [])]
+
+
+async def test_an_allowlist_trial_reaches_its_hosts_through_its_proxy_and_nothing_else(make_environment):
+    pypi_address = socket.getaddrinfo("pypi.org", 443)[0][4][0]
+    env = make_environment(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org", "*.debian.org", "127.0.0.1", "10.0.0.0/8", "::ffff:127.0.0.1"])
+    await env.start(force_build=False)
+    try:
+        seen = await probe(env, pypi_address)
+        await env.set_network_policy(NetworkPolicy(network_mode=NetworkMode.NO_NETWORK))  # a verifier phase without network
+        after = await probe(env, pypi_address)
+    finally:
+        await env.stop(delete=True)
+    assert seen["env"] == "http://127.0.0.1:3128"
+    assert seen["allowed"] == "HTTP/1.1 200 Connection established"
+    assert seen["plain_http"].startswith("HTTP/1.1 ") and " 40" not in seen["plain_http"][8:12], seen["plain_http"]
+    assert seen["not_listed"] == "HTTP/1.1 403 Forbidden"
+    assert seen["listed_but_the_host"] == seen["listed_private"] == seen["mapped"] == "HTTP/1.1 403 Forbidden", "the list never opens the host or a private network"
+    assert seen["direct"] == "OSError", "no route out: the network is unreachable"
+    assert seen["dns"] == "unresolved"
+    assert seen["take_the_port"] in ("OSError",), "the proxy's port is the host's, taken before anything of the task ran"
+    assert after["allowed"] == "HTTP/1.1 403 Forbidden", "the no-network phase's list is empty"
+    tried = {(entry["host"], entry["port"], entry["allowed"]) for entry in network_report(env)}
+    assert {("pypi.org", 443, True), ("deb.debian.org", 80, True), ("files.pythonhosted.org", 443, False), ("127.0.0.1", 4200, False)} <= tried
+    assert ("pypi.org", 443, False) in tried, "the refusal after the switch is recorded too"
+
+
+async def test_a_no_network_trial_gets_no_proxy_settings_and_its_requests_are_refused(make_environment):
+    env = make_environment(network_mode=NetworkMode.NO_NETWORK)
+    await env.start(force_build=False)
+    try:
+        seen = await probe(env, "203.0.113.80")
+    finally:
+        await env.stop(delete=True)
+    assert seen["env"] is None
+    assert seen["allowed"] == "HTTP/1.1 403 Forbidden" and seen["dns"] == "unresolved"
+
+
+async def test_an_allowlist_pods_services_talk_over_loopback_and_its_proxy_is_there_before_any_service(make_environment):
+    env = make_environment(files={**API_FILES, "docker-compose.yaml": API_COMPOSE}, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org"])
+    await env.start(force_build=False)
+    try:
+        service = (await env.exec(FETCH, env={"URL": "http://api:8000/answer.txt"})).stdout.strip()  # NO_PROXY names the services
+        seen = await probe(env, "203.0.113.80")
+        from_service = (await podman("exec", env.service_containers["api"], "sh", "-c", "echo $https_proxy")).text
+    finally:
+        await env.stop(delete=True)
+    assert service == "42"
+    assert seen["allowed"] == "HTTP/1.1 200 Connection established" and seen["not_listed"] == "HTTP/1.1 403 Forbidden"
+    assert seen["take_the_port"] == "OSError"
+    assert from_service == "http://127.0.0.1:3128", "the services go out through the same proxy"
