@@ -47,6 +47,9 @@ from prefect_harbor.sandbox.proxy import MAX_HEAD_BYTES, host_proxy_settings
 
 #: Where a restricted container finds its proxy: its own loopback.
 PROXY_ADDRESS = ("127.0.0.1", 3128)
+#: Connections one trial may hold open at once: each is a thread of this process, which no limit
+#: of the container's counts, so more are answered 503 and closed.
+MAX_CONNECTIONS = 64
 #: How long a client may take to send its request head, and an upstream to answer a connect.
 _HEAD_TIMEOUT_SEC = 60.0
 _CONNECT_TIMEOUT_SEC = 30.0
@@ -175,7 +178,13 @@ class EgressProxy:
             except OSError:
                 return  # closed
             with self._lock:
-                self._connections.add(client)
+                full = len(self._connections) >= MAX_CONNECTIONS
+                if not full:
+                    self._connections.add(client)
+            if full:
+                _answer(client, 503, f"the trial has {MAX_CONNECTIONS} connections open through its proxy already")
+                _close(client)
+                continue
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client: socket.socket) -> None:
@@ -323,7 +332,7 @@ def _tunnel(proxy_url: str, host: str, port: int) -> socket.socket:
 
 
 def _answer(client: socket.socket, status: int, why: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable"}[status]
     body = f"prefect-harbor: {why}.\n".encode()
     try:
         client.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (status, reason.encode(), len(body), body))

@@ -9,6 +9,7 @@ import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 from tasks_factory import API_COMPOSE, API_FILES, FETCH
 
+from prefect_harbor.sandbox import egress
 from prefect_harbor.sandbox.engine import podman
 
 pytestmark = pytest.mark.integration
@@ -120,3 +121,21 @@ async def test_an_allowlist_pods_services_talk_over_loopback_and_its_proxy_is_th
     assert seen["allowed"] == "HTTP/1.1 200 Connection established" and seen["not_listed"] == "HTTP/1.1 403 Forbidden"
     assert seen["take_the_port"] == "OSError"
     assert from_service == "http://127.0.0.1:3128", "the services go out through the same proxy"
+
+
+async def test_a_trial_cannot_hold_more_than_its_share_of_the_proxys_connections(make_environment):
+    """Each connection is a thread of the sweep's process, which no container limit counts."""
+    flood = (
+        "import socket\n"
+        "held = [socket.create_connection(('127.0.0.1', 3128), timeout=10) for _ in range(MAX + 6)]\n"
+        "print(held[-1].recv(100).split(b'\\r\\n')[0].decode())\n"
+    ).replace("MAX", str(egress.MAX_CONNECTIONS))
+    env = make_environment(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org"])
+    await env.start(force_build=False)
+    try:
+        over = (await env.exec(f"python3 -c \"{flood}\"")).stdout.strip()
+        after = await probe(env, "203.0.113.80")  # the held ones are gone with their process
+    finally:
+        await env.stop(delete=True)
+    assert over == "HTTP/1.1 503 Service Unavailable"
+    assert after["allowed"] == "HTTP/1.1 200 Connection established"
