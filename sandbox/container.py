@@ -222,7 +222,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
                 f"this trial's network ({self._network_policy.network_mode.value}) cannot become {network_policy.network_mode.value} "
                 "while it runs: the local sandbox switches between 'no-network' and 'allowlist' only."
             )
-        self._egress.policy = network_policy
+        self._egress.switch(network_policy)
 
     def _restricted(self) -> bool:
         """Whether the trial gets no network of its own (no-network or allowlist, or a compose

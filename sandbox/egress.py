@@ -149,12 +149,22 @@ class EgressProxy:
         self._attempts: dict[tuple[str, int, bool], Attempt] = {}
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
-        self._connections: set[socket.socket] = set()
+        #: Open connections, and the host each was allowed to (None while its request is read).
+        self._connections: dict[socket.socket, str | None] = {}
 
     def start(self, pid: int) -> None:
         """Listen in the namespace of ``pid`` (the trial's main container) and serve until :meth:`close`."""
         self._listener = listen_in_namespace(pid)
         threading.Thread(target=self._serve, args=(self._listener,), name=f"egress-{pid}", daemon=True).start()
+
+    def switch(self, policy: NetworkPolicy) -> None:
+        """Take a phase's policy, and end the connections it would not allow (a tunnel the agent
+        opened does not outlive its phase into the verifier's)."""
+        with self._lock:
+            self.policy = policy
+            ended = [connection for connection, host in self._connections.items() if host is None or not allows(policy, host)]
+        for connection in ended:
+            _close(connection)
 
     def close(self) -> None:
         """Stop listening and end every open connection."""
@@ -162,7 +172,7 @@ class EgressProxy:
         if listener is not None:
             _close(listener)
         with self._lock:
-            connections, self._connections = list(self._connections), set()
+            connections, self._connections = list(self._connections), {}
         for connection in connections:
             _close(connection)
 
@@ -180,7 +190,7 @@ class EgressProxy:
             with self._lock:
                 full = len(self._connections) >= MAX_CONNECTIONS
                 if not full:
-                    self._connections.add(client)
+                    self._connections[client] = None
             if full:
                 _answer(client, 503, f"the trial has {MAX_CONNECTIONS} connections open through its proxy already")
                 _close(client)
@@ -197,6 +207,10 @@ class EgressProxy:
             refusal = self._check(request.host, request.port)
             if refusal:
                 return _answer(client, 403, refusal)
+            with self._lock:
+                if client not in self._connections or not allows(self.policy, request.host):
+                    return  # the phase switched meanwhile
+                self._connections[client] = request.host
             try:
                 upstream = _open(request.host, request.port)
             except (OSError, DestinationRefused) as error:
@@ -215,7 +229,7 @@ class EgressProxy:
             pass
         finally:
             with self._lock:
-                self._connections.discard(client)
+                self._connections.pop(client, None)
             _close(client)
 
     def _check(self, host: str, port: int) -> str:

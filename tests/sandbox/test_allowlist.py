@@ -2,8 +2,10 @@
 (no route, no DNS, no host address whatever the list says), phases switching the list, every
 destination asked for in the trial's sandbox report."""
 
+import asyncio
 import json
 import socket
+import time
 
 import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
@@ -139,3 +141,35 @@ async def test_a_trial_cannot_hold_more_than_its_share_of_the_proxys_connections
         await env.stop(delete=True)
     assert over == "HTTP/1.1 503 Service Unavailable"
     assert after["allowed"] == "HTTP/1.1 200 Connection established"
+
+
+async def test_a_tunnel_the_agent_opened_does_not_outlive_its_phase(make_environment):
+    hold = (
+        "import socket, sys, time\n"
+        "s = socket.create_connection(('127.0.0.1', 3128))\n"
+        "s.sendall(b'CONNECT pypi.org:443 HTTP/1.1\\r\\n\\r\\n')\n"
+        "answer = s.recv(100).split(b'\\r\\n')[0].decode()\n"
+        "s.settimeout(None)\n"
+        "data = s.recv(100)\n"  # pypi.org says nothing before a TLS hello: this returns when the tunnel ends
+        "open(sys.argv[1], 'w').write(f'{answer}|{time.time()}|{len(data)}')\n"
+    )
+    env = make_environment(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org"])
+    await env.start(force_build=False)
+    try:
+        await env.exec(f"cat > /tmp/hold.py <<'PY'\n{hold}PY")
+        # This machine's own egress resets a tunnel idle for 10 s: a tunnel that ended before the
+        # switch proves nothing, so another is opened (a busy machine may be slow to switch).
+        for attempt in range(3):
+            await env.set_network_policy(NetworkPolicy(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org"]))
+            await env.exec(f"nohup python3 /tmp/hold.py /tmp/tunnel-{attempt} > /dev/null 2>&1 &")
+            await asyncio.sleep(1)
+            switched_at = time.time()
+            await env.set_network_policy(NetworkPolicy(network_mode=NetworkMode.NO_NETWORK))
+            seen = (await env.exec(f"for i in $(seq 100); do [ -s /tmp/tunnel-{attempt} ] && break; sleep 0.1; done; cat /tmp/tunnel-{attempt}")).stdout
+            answer, ended_at, data = seen.split("|")
+            if float(ended_at) >= switched_at:
+                break
+    finally:
+        await env.stop(delete=True)
+    assert answer == "HTTP/1.1 200 Connection established" and data == "0"
+    assert float(ended_at) - switched_at < 5, "the switch ended the tunnel, not the outside's idle timeout"
