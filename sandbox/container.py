@@ -43,6 +43,8 @@ import dataclasses
 import functools
 import os
 import secrets
+import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, override
 
@@ -52,7 +54,7 @@ from harbor.environments.compose_service_ops import ComposeServiceOpsMixin, Comp
 from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
-from prefect_harbor.sandbox import egress, janitor, pod, transfer, workdir
+from prefect_harbor.sandbox import connections, egress, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, STATE_CALL_TIMEOUT_SEC, EngineError, env_file_options, podman, podman_path
@@ -150,6 +152,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._userns = check_userns(userns)
         self._tests: VerifierTests | None = None  # made by start()
         self._egress: egress.EgressProxy | None = None  # a restricted trial's proxy, between start() and stop()
+        self._stop_watching: Callable[[], None] | None = None  # a public trial's connection watch (:mod:`.connections`)
         self._container: str | None = None
         self._pod: pod.Pod | None = None  # a multi-service task's, between start() and stop()
         self._services: dict[str, str] = {}
@@ -250,6 +253,21 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._egress = proxy
         self._report.open("network")
 
+    async def _watch_connections(self, container: str) -> None:
+        """On the public network: watch where ``container`` (the trial's network) connects (:mod:`.connections`)."""
+        if self._restricted() or not await asyncio.to_thread(connections.observable):
+            return
+        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.GlobalIPv6Address}} {{end}}"
+        addresses = (await podman("inspect", "--format", template, container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"inspecting {container}").text.split()
+        if addresses:
+            self._report.open("network")
+            self._stop_watching = await asyncio.to_thread(connections.watch, addresses, self._record_connection)
+
+    def _record_connection(self, destination: connections.Destination) -> None:
+        protocol, address, port = destination
+        entry = {"host": address, "port": port, "protocol": protocol, "allowed": True, "why": "", "count": 1, "first": time.time()}
+        self._report.put("network", entry, key=f"{protocol}:{address}:{port}")
+
     def _record_egress(self, attempt: egress.Attempt) -> None:
         self._report.put("network", dataclasses.asdict(attempt), key=f"{attempt.host}:{attempt.port}:{attempt.allowed}")
 
@@ -318,6 +336,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         if network != "none":
             await asyncio.to_thread(isolate_ports)
         await self._start_egress(self._container)
+        await self._watch_connections(self._container)
         if self._main.healthcheck:
             await pod.wait_healthy(self._container, MAIN, self._main.healthcheck)
 
@@ -331,6 +350,7 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
             if network != "none":
                 await asyncio.to_thread(isolate_ports)  # before any service listens
             await self._start_egress(f"{name}-infra")  # the pod's namespace, before any service starts
+            await self._watch_connections(f"{name}-infra")
             await pod.start_in_order(self._compose, functools.partial(self._add_to_pod, self._pod, image, env_args))
         except BaseException:
             await asyncio.shield(self._remove_pod())
@@ -419,6 +439,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         if self._egress is not None:
             self._egress.close()
             self._egress = None
+        if self._stop_watching is not None:
+            stop_watching, self._stop_watching = self._stop_watching, None
+            await asyncio.to_thread(stop_watching)  # a last read, while the container still holds its address
         if self._tests is not None:
             await self._tests.close()
             self._tests = None

@@ -9,7 +9,8 @@ a container can write it. Sections, each a list of entries:
   files and bytes it kept and dropped;
 * ``verifications``: the evidence around each verifier run (:mod:`.verifier_watch`);
 * ``network``: each destination a restricted trial asked its proxy for, allowed or refused
-  (:mod:`.egress`); present and empty when it asked for none.
+  (:mod:`.egress`), or a public trial connected to (:mod:`.connections`); present and empty
+  when there was none.
 
 The row reads them back (:func:`read_sections`): ``verifier_tampering`` and ``hosts_tried``
 come from here, and the archive keeps the folder.

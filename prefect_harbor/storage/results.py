@@ -86,8 +86,8 @@ class RowResult(BaseModel):
     )
     hosts_tried: list[str] | None = Field(
         default=None,
-        description="Where a trial without a network of its own (no-network, allowlist) asked its proxy to go: 'host:port', "
-        "'(refused: why)' after those refused; empty when it asked for nothing; null when the trial had the public network (not observed).",
+        description="Where the trial tried to go, in order: 'host:port' (a name asked of a no-network or allowlist trial's proxy, "
+        "'(refused: why)' after those refused; an address a public trial connected to, '/udp' for UDP); empty when nowhere; null when not observed.",
     )
     started_at: datetime | None = None
     finished_at: datetime | None = None

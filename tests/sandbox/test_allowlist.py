@@ -173,3 +173,15 @@ async def test_a_tunnel_the_agent_opened_does_not_outlive_its_phase(make_environ
         await env.stop(delete=True)
     assert answer == "HTTP/1.1 200 Connection established" and data == "0"
     assert float(ended_at) - switched_at < 5, "the switch ended the tunnel, not the outside's idle timeout"
+
+
+async def test_a_public_trials_connections_are_in_its_report_by_address(make_environment):
+    pypi_address = socket.getaddrinfo("pypi.org", 443, type=socket.SOCK_STREAM)[0][4][0]
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        reached = (await env.exec(f"python3 -c \"import socket; socket.create_connection(('{pypi_address}', 443), timeout=10).close(); print('reached')\"")).stdout.strip()
+    finally:
+        await env.stop(delete=True)
+    assert reached == "reached"
+    assert {(entry["host"], entry["port"], entry["protocol"]) for entry in network_report(env)} == {(pypi_address, 443, "tcp")}
