@@ -248,7 +248,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
             return
         pid = int((await podman("inspect", "--format", "{{.State.Pid}}", container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"inspecting {container}").text)
         public = self._network_policy.network_mode == NetworkMode.PUBLIC  # a compose main with network_mode: none
-        proxy = egress.EgressProxy(NetworkPolicy(network_mode=NetworkMode.NO_NETWORK) if public else self._network_policy, self._record_egress)
+        policy = NetworkPolicy(network_mode=NetworkMode.NO_NETWORK) if public else self._network_policy
+        proxy = egress.EgressProxy(policy, self._record_egress, self._flush_egress)
         await asyncio.to_thread(proxy.start, pid)
         self._egress = proxy
         self._report.open("network")
@@ -270,6 +271,13 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
 
     def _record_egress(self, attempt: egress.Attempt) -> None:
         self._report.put("network", dataclasses.asdict(attempt), key=f"{attempt.host}:{attempt.port}:{attempt.allowed}")
+
+    def _flush_egress(self, attempts: list[egress.Attempt], unrecorded: int) -> None:
+        """The proxy's final counts, and how many requests went unlisted past its cap, in one write."""
+        entries = {f"{attempt.host}:{attempt.port}:{attempt.allowed}": dataclasses.asdict(attempt) for attempt in attempts}
+        if unrecorded:
+            entries["more"] = {"more": unrecorded, "first": time.time()}
+        self._report.put_all("network", entries)
 
     @override
     def _validate_definition(self) -> None:

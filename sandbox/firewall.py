@@ -65,10 +65,20 @@ def uplinks(family: str) -> list[str]:
 
 
 #: Networks behind a host, never the internet: no relay forwards to them and no download comes from
-#: them, wherever the host would route them (RFC 1918, carrier-grade NAT, IPv6 unique and site-local).
+#: them, wherever the host would route them (RFC 1918, carrier-grade NAT, IPv6 unique and site-local),
+#: and addresses that are no one's on the internet or lead to a cloud host's own services ("this
+#: network", IETF assignments, benchmarking, reserved, broadcast, Azure's WireServer).
 PRIVATE_NETWORKS = tuple(
-    ipaddress.ip_network(network) for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10")
-)
+    ipaddress.ip_network(network)
+    for network in (
+        "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10",
+        "0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "240.0.0.0/4", "168.63.129.16/32",
+    )
+)  # fmt: skip
+#: IPv6 prefixes that carry an IPv4 address a gateway may deliver to (NAT64, 6to4, the old
+#: IPv4-compatible form): such an address is judged as the IPv4 address it carries.
+_CARRIERS = tuple(ipaddress.ip_network(network) for network in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96"))
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 
 
 class DestinationRefused(ValueError):
@@ -79,6 +89,17 @@ def _plain(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """``address`` as the kernel connects to it: an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) is its IPv4 address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
+
+
+def _carried(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries to a translating gateway (NAT64, 6to4), or None."""
+    if not isinstance(ip, ipaddress.IPv6Address) or ip.is_unspecified or ip.is_loopback:
+        return None
+    if ip in _SIX_TO_FOUR:
+        return ip.sixtofour
+    if any(ip in network for network in _CARRIERS):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def is_outside(address: str) -> bool:
@@ -98,8 +119,10 @@ def is_outside(address: str) -> bool:
 
 def is_public(address: str) -> bool:
     """Whether the host may connect to ``address`` for a container (a relay's request, a download):
-    :func:`is_outside`, and in none of :data:`PRIVATE_NETWORKS`."""
+    :func:`is_outside`, in none of :data:`PRIVATE_NETWORKS`, and carrying no IPv4 address that is not."""
     ip = _plain(address)
+    if (carried := _carried(ip)) is not None and not is_public(str(carried)):
+        return False
     return not any(ip in network for network in PRIVATE_NETWORKS if network.version == ip.version) and is_outside(str(ip))
 
 

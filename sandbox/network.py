@@ -200,10 +200,12 @@ def relay_for(target: tuple[str, int], handler: type[Forward] = Forward) -> Rela
         return relay
 
 
-def relay_addresses() -> set[tuple[str, int]]:
-    """Where this process's relays listen (the bridge's gateway, a port each)."""
+def relay_addresses(kind: type[Forward] | None = None) -> set[tuple[str, int]]:
+    """Where this process's relays listen (the bridge's gateway, a port each); with ``kind``, only
+    the relays whose connections are exactly that handler's (:class:`Forward`: the model endpoints',
+    not the host proxy's)."""
     with _lock:
-        return {relay.address[:2] for relay in _relays.values()}
+        return {relay.address[:2] for (_, handler), relay in _relays.items() if kind is None or handler is kind}
 
 
 def close_relays() -> None:

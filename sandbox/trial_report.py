@@ -49,9 +49,14 @@ class TrialReport:
 
     def put(self, section: str, entry: dict[str, Any], *, key: str) -> None:
         """``entry`` in ``section``, in place of the one put before with the same ``key``."""
-        entries = self._sections.setdefault(section, [])
-        position = self._keys.setdefault((section, key), len(entries))
-        entries[position:position + 1] = [entry]
+        self.put_all(section, {key: entry})
+
+    def put_all(self, section: str, entries: dict[str, dict[str, Any]]) -> None:
+        """:meth:`put` for each ``key: entry`` of ``entries``, and the file written once."""
+        for key, entry in entries.items():
+            section_entries = self._sections.setdefault(section, [])
+            position = self._keys.setdefault((section, key), len(section_entries))
+            section_entries[position:position + 1] = [entry]
         self.write()
 
     def write(self) -> None:

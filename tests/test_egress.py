@@ -3,10 +3,15 @@ names its destination, and what a row says it tried."""
 
 import io
 import json
+import socket
+import ssl
+import threading
+import time
 
 import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 
+from prefect_harbor.sandbox import egress, tls_hello
 from prefect_harbor.sandbox.egress import _Request, allows, proxy_variables
 from prefect_harbor.trial.hosts_tried import hosts_tried
 
@@ -96,3 +101,79 @@ def test_a_trial_on_the_public_network_was_not_observed_and_one_that_asked_for_n
     (tmp_path / "sandbox").mkdir()
     (tmp_path / "sandbox" / "trial.json").write_text(json.dumps({"network": []}))
     assert hosts_tried(tmp_path) == []
+
+
+def client_hello(server_hostname):
+    """The first TLS record a real client (Python's ssl) sends for ``server_hostname``."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    connection = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
+    with pytest.raises(ssl.SSLWantReadError):
+        connection.do_handshake()
+    return outgoing.read()
+
+
+def test_a_tls_hello_says_the_name_it_asks_for():
+    record = client_hello("Deb.Debian.org")
+    assert tls_hello.is_handshake(record)
+    assert tls_hello.server_name(record[tls_hello.HEADER : tls_hello.HEADER + tls_hello.record_length(record)]) == "deb.debian.org"
+    bare = client_hello(None)
+    assert tls_hello.server_name(bare[tls_hello.HEADER :]) is None
+
+
+@pytest.mark.parametrize("cut", [1, 10, 60, 200])
+def test_a_cut_or_forged_hello_is_refused_not_guessed(cut):
+    payload = client_hello("pypi.org")[tls_hello.HEADER :]
+    with pytest.raises(tls_hello.NotAHello):
+        tls_hello.server_name(payload[:cut])
+    with pytest.raises(tls_hello.NotAHello):
+        tls_hello.server_name(b"\x02" + payload[1:])  # a ServerHello's type
+    with pytest.raises(tls_hello.NotAHello):
+        tls_hello.record_length(b"\x16\x03\x01\xff\xff")
+
+
+@pytest.mark.parametrize("host", ["a" * 254, "evil\x1b[2J.example", "with space.example", "-dash.example", ""])
+def test_a_request_for_a_name_dns_could_not_hold_is_no_request(host):
+    assert _Request.read(io.BytesIO(f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode("latin-1"))) is None
+
+
+def test_the_host_header_is_read_without_its_port():
+    request = _Request.read(io.BytesIO(b"GET http://pypi.org/ HTTP/1.1\r\nHost: Deb.Debian.org:80\r\n\r\n"))
+    assert request.host_header() == "deb.debian.org"
+
+
+def test_a_tunnel_whose_upstream_never_closes_leaves_no_thread_behind(monkeypatch):
+    """An allowed host that keeps its end open after the client's: the drain ends it, and close() ends the rest."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: [held.append(silent.accept()[0]) for _ in range(4)], daemon=True).start()
+    monkeypatch.setattr(egress, "_open", lambda host, port: socket.create_connection(silent.getsockname()))
+    monkeypatch.setattr(egress, "public_addresses", lambda host, port: ["203.0.113.80"])
+    monkeypatch.setattr(egress, "_DRAIN_SEC", 0.5)
+    proxy = egress.EgressProxy(allowlist("pypi.org"), lambda attempt: None, lambda attempts, unrecorded: None)
+    listener = socket.create_server(("127.0.0.1", 0))
+    threads_before = threading.active_count()
+    threading.Thread(target=proxy._serve, args=(listener,), daemon=True).start()
+    proxy._listener = listener
+
+    def tunnel() -> socket.socket:
+        client = socket.create_connection(listener.getsockname(), timeout=10)
+        client.sendall(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
+        assert client.recv(100).startswith(b"HTTP/1.1 200")
+        return client
+
+    finished = tunnel()
+    finished.sendall(b"plain bytes, no TLS")
+    finished.shutdown(socket.SHUT_WR)  # the client is done; the upstream never is
+    finished.settimeout(10)
+    assert finished.recv(100) == b"", "the drain ended the tunnel"
+    lingering = [tunnel(), tunnel()]
+    proxy.close()
+    for client in lingering:
+        client.settimeout(10)
+        assert client.recv(100) == b""
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads_before + 1 and time.monotonic() < deadline:  # + the silent server's
+        time.sleep(0.05)
+    assert threading.active_count() <= threads_before + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prefect_harbor.sandbox.egress import MAX_RECORDED
 from prefect_harbor.sandbox.trial_report import read_sections
 
 #: The most destinations a row lists (the archive's sandbox/ report has them all).
@@ -26,6 +27,9 @@ def hosts_tried(trial_dir: Path) -> list[str] | None:
         return None
     seen: list[str] = []
     for entry in sorted(entries, key=lambda entry: float(entry.get("first") or 0)):
+        if entry.get("more"):
+            seen.append(f"and {entry['more']} requests past the proxy's list of {MAX_RECORDED} destinations")
+            continue
         line = f"{entry.get('host')}:{entry.get('port')}" + ("/udp" if entry.get("protocol") == "udp" else "")
         if not entry.get("allowed"):
             line += f" (refused: {str(entry.get('why') or 'not allowed')[:200]})"

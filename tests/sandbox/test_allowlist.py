@@ -185,3 +185,53 @@ async def test_a_public_trials_connections_are_in_its_report_by_address(make_env
         await env.stop(delete=True)
     assert reached == "reached"
     assert {(entry["host"], entry["port"], entry["protocol"]) for entry in network_report(env)} == {(pypi_address, 443, "tcp")}
+
+
+FRONTING = r"""
+import json, socket, ssl
+
+def tunnel(sni):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+    s.sendall(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        context.wrap_socket(s, server_hostname=sni).close()
+        return "handshake"
+    except (OSError, ssl.SSLError) as e:
+        return type(e).__name__
+
+def first_line(request):
+    with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
+        s.sendall(request)
+        return s.recv(200).split(b"\r\n")[0].decode()
+
+seen = {
+    "own_name": tunnel("pypi.org"),
+    "fronted": tunnel("deb.debian.org"),
+    "host_header": first_line(b"GET http://pypi.org/debian/ HTTP/1.1\r\nHost: deb.debian.org\r\n\r\n"),
+    "control_characters": first_line(b"CONNECT evil\x1b[2J.example:443 HTTP/1.1\r\n\r\n"),
+}
+seen["names"] = sorted({first_line(f"CONNECT n{i}.example:443 HTTP/1.1\r\n\r\n".encode()) for i in range(230)})
+print(json.dumps(seen))
+"""
+
+
+async def test_one_allowed_host_is_no_front_for_another_and_a_flood_of_names_stays_bounded(make_environment):
+    env = make_environment(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=["pypi.org"])
+    await env.start(force_build=False)
+    try:
+        done = await env.exec(f"cat > /tmp/fronting.py <<'PY'\n{FRONTING}\nPY\npython3 /tmp/fronting.py")
+    finally:
+        await env.stop(delete=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["own_name"] == "handshake"
+    assert seen["fronted"] != "handshake", "a TLS hello for deb.debian.org in a tunnel to pypi.org"
+    assert seen["host_header"] == "HTTP/1.1 403 Forbidden"
+    assert seen["control_characters"] == "HTTP/1.1 400 Bad Request"
+    assert seen["names"] == ["HTTP/1.1 403 Forbidden"]
+    entries = network_report(env)
+    assert len(entries) == egress.MAX_RECORDED + 1 and entries[-1]["more"] >= 30, entries[-1]
+    assert any(entry.get("host") == "deb.debian.org" and not entry["allowed"] and "TLS hello" in entry["why"] for entry in entries), "asked before the flood"
+    assert not any("\x1b" in json.dumps(entry) for entry in entries)

@@ -222,8 +222,14 @@ async def test_run_steps_get_the_trials_capabilities_seccomp_and_network(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "address", ["127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "10.1.2.3", "172.16.0.9", "192.168.1.1", "100.64.0.1", "fd00::1", "169.254.169.254", "0.0.0.0"]
-)
+    "address",
+    [
+        "127.0.0.1", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "10.1.2.3", "172.16.0.9", "192.168.1.1", "100.64.0.1", "fd00::1", "169.254.169.254", "0.0.0.0",
+        # IPv6 that carries a private IPv4 address to a translating gateway (NAT64, 6to4, IPv4-compatible), reserved and cloud-host addresses
+        "64:ff9b::a00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "2002:7f00:1::1", "2002:a00:1::1", "::127.0.0.1", "::10.0.0.1", "::ffff:0:127.0.0.1",
+        "0.1.2.3", "192.0.0.170", "198.18.0.1", "240.0.0.1", "255.255.255.255", "168.63.129.16",
+    ],
+)  # fmt: skip
 def test_the_host_loopback_private_and_link_local_addresses_are_not_public_in_any_spelling(address):
     assert not firewall.is_public(address)
 

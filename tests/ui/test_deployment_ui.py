@@ -80,6 +80,7 @@ def states_of(base: str, flow_run_id: str) -> list[dict]:
     return sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30).json(), key=lambda s: s["timestamp"])
 
 
+@pytest.mark.timeout(600)  # the deadlines below fire first, with what the run was doing
 def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served, serve_process, browser, screenshots, tmp_path):
     """Cancel in the UI: the sweep records its rows and ends Cancelled with its headline; the serve process's
     runner then forces its own Cancelled state ("Flow run was cancelled successfully."). The headline must be
@@ -98,7 +99,7 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
         statuses = [s.read_text()[:400] for s in (tmp_path / "results").glob("*/status.json")]
         return f"flow run: {state.get('type')} {state.get('name')} {state.get('message')!r}; status.json: {statuses}\n{serve_process.log_tail()}"
 
-    # Prewarm first builds the five rows' images, beside whatever the other test process builds.
+    # Prewarm first sets the five rows' tasks up (one image, built once per host), beside whatever the other test process runs.
     wait_until(lambda: any('"running": 2' in s.read_text() for s in (tmp_path / "results").glob("*/status.json")), 300, "both slow rows to run", where_it_is)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
