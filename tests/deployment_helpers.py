@@ -147,6 +147,16 @@ def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "
     raise AssertionError(f"deployment {name} never appeared")
 
 
+def create_flow_run(base: str, deployment_id: str, parameters: dict) -> httpx.Response:
+    """POST a run of the deployment, retrying 503s as Prefect's own client does (SQLite is busy under load)."""
+    for _ in range(30):
+        response = httpx.post(f"{base}/api/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}, timeout=30)
+        if response.status_code != 503:
+            break
+        time.sleep(1)
+    return response
+
+
 #: Flow-run states after which nothing runs any more.
 TERMINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from deployment_helpers import BIN, api, api_env, process_worker, save_backend, wait_for_deployment
+from deployment_helpers import BIN, api, api_env, create_flow_run, process_worker, save_backend, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -47,16 +47,6 @@ def test_prefect_deployment_run_runs_a_sweep_to_completion(ui_server, served, tm
     assert shown.endswith("Flow run finished successfully in '6/7 rewarded, mean 0.857'."), run.stdout[-500:]
     (results,) = (tmp_path / "on-demand").glob("*/results.parquet")
     assert pq.read_table(results).num_rows == len(EXPECTED_ORACLE_REWARDS)
-
-
-def create_flow_run(base: str, deployment_id: str, parameters: dict) -> httpx.Response:
-    """POST a run of the deployment, retrying 503s as Prefect's own client does (SQLite is busy under load)."""
-    for _ in range(30):
-        response = httpx.post(f"{base}/api/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}, timeout=30)
-        if response.status_code != 503:
-            break
-        time.sleep(1)
-    return response
 
 
 @pytest.mark.timeout(480)

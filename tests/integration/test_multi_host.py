@@ -8,6 +8,7 @@ a process of its own, as the CLI's would, with ``shards=2`` (``"auto"``: one per
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -232,7 +233,8 @@ def test_a_host_killed_mid_row_has_its_rows_run_again_never_twice(hosts, tmp_pat
     pid = json.loads(hosts.fs.cat(f"{run}/shards/{shard}.heartbeat.json"))["pid"]
     host = next(h for h in HOSTS if pid in {p.pid for p in psutil.Process(hosts.workers[h].pid).children(recursive=True)})
     for process in [psutil.Process(hosts.workers[host].pid), *psutil.Process(hosts.workers[host].pid).children(recursive=True)]:
-        process.kill()  # the host dies: its worker, its shard's process and their children
+        with contextlib.suppress(psutil.NoSuchProcess):  # a short-lived child (a podman call) may have ended since it was listed
+            process.kill()  # the host dies: its worker, its shard's process and their children
     for name in containers_of("mhk-1") + containers_of("mhk-2"):  # and its containers with it
         podman_sync("rm", "-f", "-t", "0", name)
     hosts.start_worker(host)  # back later: the re-run goes to whichever host takes it

@@ -4,8 +4,9 @@ import time
 
 import httpx
 import pytest
-from deployment_helpers import wait_for_deployment, wait_until
+from deployment_helpers import create_flow_run, wait_for_deployment, wait_until
 from paths import EXAMPLE_DATASET
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -92,7 +93,9 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
     save_backend(served, "ui-cancel-slow", tmp_path / "tasks", n_concurrent=2, trials_dir=str(tmp_path / "trials"))
     deployment = wait_for_deployment(ui_server, "sweep")
     parameters = {"dataset": str(dataset), "backend_block": "ui-cancel-slow", "results": str(tmp_path / "results")}
-    run = httpx.post(f"{ui_server}/api/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}, timeout=30).json()
+    created = create_flow_run(ui_server, deployment["id"], parameters)
+    assert created.status_code == 201, created.text
+    run = created.json()
 
     def where_it_is() -> str:
         state = httpx.get(f"{ui_server}/api/flow_runs/{run['id']}", timeout=30).json().get("state") or {}
@@ -104,7 +107,11 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
 
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
-    page.get_by_role("button", name="Cancel", exact=True).first.click()
+    try:
+        page.get_by_role("button", name="Cancel", exact=True).first.click(timeout=60_000)
+    except PlaywrightTimeoutError:
+        page.screenshot(path=screenshots / "cancel-button-missing.png", full_page=True)
+        raise AssertionError(f"no Cancel button on the run's page:\n{page.locator('body').inner_text()[:2000]}\n{where_it_is()}") from None
     page.get_by_role("dialog").get_by_role("button", name="Confirm").click()
     # The runner's state comes after the sweep's own; then the sweep's headline must be back, and stay.
     wait_until(lambda: any(s["message"] == RUNNERS_MESSAGE for s in states_of(ui_server, run["id"])), 120, "the runner's Cancelled state")
