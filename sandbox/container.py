@@ -75,10 +75,9 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 DEFAULT_MAX_COPY_MB = 1024
 #: Every kind of allowed_hosts entry Harbor knows: the proxy (:mod:`.egress`) checks each.
-_ALLOWLIST_CAPABILITIES = (
-    "network_allowlist", "network_allowlist_hostnames", "network_allowlist_wildcard_hostnames", "network_allowlist_ipv4_addresses",
-    "network_allowlist_ipv6_addresses", "network_allowlist_ipv4_cidrs", "network_allowlist_ipv6_cidrs",
-)  # fmt: skip
+_ALLOWLIST_CAPABILITIES = tuple(
+    f"network_allowlist{kind}" for kind in ("", "_hostnames", "_wildcard_hostnames", "_ipv4_addresses", "_ipv6_addresses", "_ipv4_cidrs", "_ipv6_cidrs")
+)
 #: A task without ``memory_mb`` would otherwise have no limit, and could take the host's memory.
 DEFAULT_MEMORY_MB = 4096
 

@@ -68,13 +68,9 @@ def uplinks(family: str) -> list[str]:
 #: them, wherever the host would route them (RFC 1918, carrier-grade NAT, IPv6 unique and site-local),
 #: and addresses that are no one's on the internet or lead to a cloud host's own services ("this
 #: network", IETF assignments, benchmarking, reserved, broadcast, Azure's WireServer).
-PRIVATE_NETWORKS = tuple(
-    ipaddress.ip_network(network)
-    for network in (
-        "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10",
-        "0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "240.0.0.0/4", "168.63.129.16/32",
-    )
-)  # fmt: skip
+_BEHIND_A_HOST = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10")
+_NO_ONES = ("0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "240.0.0.0/4", "168.63.129.16/32")
+PRIVATE_NETWORKS = tuple(ipaddress.ip_network(network) for network in (*_BEHIND_A_HOST, *_NO_ONES))
 #: IPv6 prefixes that carry an IPv4 address a gateway may deliver to (NAT64, 6to4, the old
 #: IPv4-compatible form): such an address is judged as the IPv4 address it carries.
 _CARRIERS = tuple(ipaddress.ip_network(network) for network in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96"))

@@ -229,7 +229,7 @@ async def test_run_steps_get_the_trials_capabilities_seccomp_and_network(tmp_pat
         "64:ff9b::a00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "2002:7f00:1::1", "2002:a00:1::1", "::127.0.0.1", "::10.0.0.1", "::ffff:0:127.0.0.1",
         "0.1.2.3", "192.0.0.170", "198.18.0.1", "240.0.0.1", "255.255.255.255", "168.63.129.16",
     ],
-)  # fmt: skip
+)
 def test_the_host_loopback_private_and_link_local_addresses_are_not_public_in_any_spelling(address):
     assert not firewall.is_public(address)
 
