@@ -34,10 +34,8 @@ two lookups is not caught here, as for :mod:`.proxy`'s relay).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import ipaddress
-import logging
 import os
 import re
 import socket
@@ -53,7 +51,7 @@ from harbor.models.task.config import NetworkAllowlistEntryType, NetworkMode, Ne
 from prefect_harbor.sandbox import tls_hello
 from prefect_harbor.sandbox.firewall import DestinationRefused, public_addresses
 from prefect_harbor.sandbox.network import Forward, pipe, relay_addresses
-from prefect_harbor.sandbox.proxy import MAX_HEAD_BYTES, host_proxy_settings
+from prefect_harbor.sandbox.proxy import MAX_HEAD_BYTES, basic_credentials, host_proxy_settings, read_head
 
 #: Where a restricted container finds its proxy: its own loopback.
 PROXY_ADDRESS = ("127.0.0.1", 3128)
@@ -67,7 +65,6 @@ _DRAIN_SEC = 30.0
 #: How long a client may take to send its request head, and an upstream to answer a connect.
 _HEAD_TIMEOUT_SEC = 60.0
 _CONNECT_TIMEOUT_SEC = 30.0
-logger = logging.getLogger(__name__)
 
 
 def proxy_variables(service_names: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
@@ -326,12 +323,7 @@ class _Request:
     @classmethod
     def read(cls, reader) -> _Request | None:
         """The request whose head ``reader`` gives, or None when it names no destination the proxy can check."""
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            line = reader.readline(MAX_HEAD_BYTES)
-            if not line or len(head) + len(line) > MAX_HEAD_BYTES:
-                return None
-            head += line
+        head = read_head(reader)
         words = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if len(words) != 3:
             return None
@@ -417,8 +409,7 @@ def _tunnel(proxy_url: str, host: str, port: int) -> socket.socket:
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
     if parts.username or parts.password:
-        credentials = base64.b64encode(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()).decode()
-        head += f"Proxy-Authorization: Basic {credentials}\r\n"
+        head += f"Proxy-Authorization: {basic_credentials(unquote(parts.username or ''), unquote(parts.password or '')).decode()}\r\n"
     connection.sendall((head + "\r\n").encode())
     answer = b""
     while not answer.endswith(b"\r\n\r\n"):

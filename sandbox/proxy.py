@@ -102,12 +102,13 @@ def _warn_once(message: str) -> None:
 def _proxy_relay(scheme: str, host: str, port: int, username: str, password: str) -> Relay:
     handler = type(
         "CredentialedForward", (AuthenticatingForward,),
-        {"authorization": _basic(username, password) if username or password else None, "tls": scheme == "https", "upstream_host": host},
+        {"authorization": basic_credentials(username, password) if username or password else None, "tls": scheme == "https", "upstream_host": host},
     )  # fmt: skip
     return relay_for((host, port), handler)
 
 
-def _basic(username: str, password: str) -> bytes:
+def basic_credentials(username: str, password: str) -> bytes:
+    """A ``Proxy-Authorization`` value for ``username`` and ``password`` (HTTP Basic)."""
     return b"Basic " + base64.b64encode(f"{username}:{password}".encode())
 
 
@@ -126,7 +127,7 @@ class AuthenticatingForward(Forward):
     def forward(self, client: socket.socket, upstream: socket.socket) -> None:
         reader = client.makefile("rb")
         try:
-            while head := _read_head(reader):
+            while head := read_head(reader):
                 try:
                     check_destination(head)
                 except DestinationRefused as refused:
@@ -203,7 +204,8 @@ def _refuse(client: socket.socket, upstream: socket.socket, why: str) -> None:
             pass
 
 
-def _read_head(reader) -> bytes:
+def read_head(reader) -> bytes:
+    """One request head from ``reader`` (stray blank lines skipped); empty at the end or past :data:`MAX_HEAD_BYTES`."""
     head = b""
     while not head.endswith(b"\r\n\r\n"):
         line = reader.readline(MAX_HEAD_BYTES)
