@@ -113,16 +113,16 @@ def _lines() -> list[str]:
 
 def _read(only: set[str] | None) -> None:
     """Read the table once and hand each new destination of a watched address to its record."""
-    lines = _lines()
+    with _lock:
+        addresses = set(_watched) if only is None else only & set(_watched)
+    held = _destinations(addresses)  # parsed outside the lock: the table can be long
     found: list[tuple[Record, Destination]] = []
     with _lock:
-        for line in lines:
-            parsed = parse(line)
-            if parsed is None or parsed[0] not in _watched or (only is not None and parsed[0] not in only):
-                continue
-            record, seen = _watched[parsed[0]]
-            if parsed[1] not in seen:
-                seen.add(parsed[1])
-                found.append((record, parsed[1]))
+        for address, destinations in held.items():
+            if address not in _watched:
+                continue  # stopped meanwhile
+            record, seen = _watched[address]
+            found += [(record, destination) for destination in sorted(destinations - seen)]
+            seen |= destinations
     for record, destination in found:
         record(destination)

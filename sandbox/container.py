@@ -269,11 +269,11 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         self._report.put("network", entry, key=f"{protocol}:{address}:{port}")
 
     def _record_egress(self, attempt: egress.Attempt) -> None:
-        self._report.put("network", dataclasses.asdict(attempt), key=f"{attempt.host}:{attempt.port}:{attempt.allowed}")
+        self._report.put("network", dataclasses.asdict(attempt), key=attempt.key)
 
     def _flush_egress(self, attempts: list[egress.Attempt], unrecorded: int) -> None:
         """The proxy's final counts, and how many requests went unlisted past its cap, in one write."""
-        entries = {f"{attempt.host}:{attempt.port}:{attempt.allowed}": dataclasses.asdict(attempt) for attempt in attempts}
+        entries = {attempt.key: dataclasses.asdict(attempt) for attempt in attempts}
         if unrecorded:
             entries["more"] = {"more": unrecorded, "first": time.time()}
         self._report.put_all("network", entries)
@@ -444,8 +444,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         container, self._container = self._container, None
         self._watch.close()
         if self._egress is not None:
-            self._egress.close()
-            self._egress = None
+            egress_proxy, self._egress = self._egress, None
+            await asyncio.to_thread(egress_proxy.close)  # sockets ended and the report written off the event loop
         if self._stop_watching is not None:
             stop_watching, self._stop_watching = self._stop_watching, None
             await asyncio.to_thread(stop_watching)  # a last read, while the container still holds its address

@@ -148,6 +148,11 @@ class Attempt:
     count: int = 0
     first: float = field(default_factory=time.time)
 
+    @property
+    def key(self) -> str:
+        """The attempt's place in the report: one per destination and verdict."""
+        return f"{self.host}:{self.port}:{self.allowed}"
+
 
 @dataclass
 class _Connection:
