@@ -17,9 +17,13 @@ from prefect.filesystems import WritableFileSystem
 from prefect.utilities.asyncutils import run_sync_in_worker_thread
 from pydantic import Field, SecretStr
 
+from prefect_harbor.storage.durable import short_client_retries
+
 #: A sweep's Prefect task results go under this folder of its run folder (``flows/lanes.py``): inside
 #: the run, so that Harbor's viewer, which takes every folder of the results root as a job, lists none of theirs.
 PREFECT_RESULTS_FOLDER = "prefect-results"
+#: Tries of the S3 client for one of Prefect's own result reads or writes (nothing retries them above it).
+PREFECT_RESULT_TRIES = 2
 
 
 class ResultsStorage(WritableFileSystem):
@@ -61,7 +65,9 @@ class ResultsStorage(WritableFileSystem):
         return fsspec.core.url_to_fs(self.url, **self.storage_options())
 
     def _prefect_path(self, path: str) -> tuple[fsspec.AbstractFileSystem, str]:
-        fs, root = self.filesystem()
+        """Where Prefect's result ``path`` goes. A sweep's task runs write their results here as they
+        end: with S3's default client retries, a storage that went away held each for half a minute."""
+        fs, root = fsspec.core.url_to_fs(self.url, **short_client_retries(self.url, self.storage_options(), attempts=PREFECT_RESULT_TRIES))
         return fs, f"{root.rstrip('/')}/{path.lstrip('/')}"
 
     async def aread_path(self, path: str) -> bytes:
@@ -84,6 +90,9 @@ class ResultsStorage(WritableFileSystem):
 
     def _write(self, path: str, content: bytes) -> str:
         fs, full = self._prefect_path(path)
-        fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
-        fs.pipe_file(full, content)
+        try:  # an object store has no folders to make (s3fs's makedirs asks the server four times)
+            fs.pipe_file(full, content)
+        except FileNotFoundError:
+            fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
+            fs.pipe_file(full, content)
         return full

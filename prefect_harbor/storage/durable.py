@@ -45,7 +45,7 @@ class DurableFolder:
         logger: logging.Logger | logging.LoggerAdapter | None = None,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
     ):
-        self.fs, root_path = fsspec.core.url_to_fs(root, **_with_short_client_retries(root, storage_options or {}))
+        self.fs, root_path = fsspec.core.url_to_fs(root, **short_client_retries(root, storage_options or {}))
         self.run_path = f"{root_path.rstrip('/')}/{run_id}"
         self.run_id = run_id
         self.fallback_dir = fallback_dir
@@ -180,10 +180,11 @@ class DurableFolder:
             return []
 
 
-def _with_short_client_retries(url: str, options: dict[str, Any]) -> dict[str, Any]:
-    """This class retries every write itself; keep the S3 client's own retries short, so a
-    storage outage costs seconds per write, not minutes (botocore x s3fs retries multiply)."""
+def short_client_retries(url: str, options: dict[str, Any], attempts: int = 1) -> dict[str, Any]:
+    """``options`` with the S3 client's own retries kept to ``attempts`` tries (botocore's standard
+    mode) and a 5 s connect timeout, so a storage outage costs seconds per call, not the half
+    minute of botocore's defaults. This class retries every write itself, hence one try here."""
     if not url.startswith(("s3://", "s3a://")):
         return options
-    config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 1, "mode": "standard"}}
+    config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": attempts, "mode": "standard"}}
     return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}, "skip_instance_cache": True}
