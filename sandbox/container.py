@@ -57,6 +57,7 @@ from harbor.models.trial.paths import TrialPaths
 from prefect_harbor.sandbox import connections, egress, janitor, pod, transfer, workdir
 from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
+from prefect_harbor.sandbox.container_view import ContainerRoot
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, STATE_CALL_TIMEOUT_SEC, EngineError, env_file_options, podman, podman_path
 from prefect_harbor.sandbox.images import EnvironmentImages, check_environment_definition, image_resolver
 from prefect_harbor.sandbox.interpolation import ComposeVariables
@@ -245,7 +246,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         anything of the task runs there."""
         if not self._restricted():
             return
-        pid = int((await podman("inspect", "--format", "{{.State.Pid}}", container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"inspecting {container}").text)
+        if (root := await ContainerRoot.of(container)) is None:
+            raise EngineError(f"container {container} stopped before its network proxy could start")
+        pid = root.init_pid
         public = self._network_policy.network_mode == NetworkMode.PUBLIC  # a compose main with network_mode: none
         policy = NetworkPolicy(network_mode=NetworkMode.NO_NETWORK) if public else self._network_policy
         proxy = egress.EgressProxy(policy, self._record_egress, self._flush_egress)
@@ -257,9 +260,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         """On the public network: watch where ``container`` (the trial's network) connects (:mod:`.connections`)."""
         if self._restricted() or not await asyncio.to_thread(connections.observable):
             return
-        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.GlobalIPv6Address}} {{end}}"
-        addresses = (await podman("inspect", "--format", template, container, timeout=STATE_CALL_TIMEOUT_SEC)).check(f"inspecting {container}").text.split()
-        if addresses:
+        if (root := await ContainerRoot.of(container)) is None:
+            raise EngineError(f"container {container} stopped before its connections could be watched")
+        if addresses := list(root.addresses):
             self._report.open("network")
             self._stop_watching = await asyncio.to_thread(connections.watch, addresses, self._record_connection)
 

@@ -15,6 +15,7 @@ never runs anything of the container's, nor enters its namespaces:
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -48,24 +49,69 @@ class Process:
 
 @dataclass(frozen=True)
 class ContainerRoot:
-    """Where the host sees a running container: its init's host pid and its root file system."""
+    """Where the host sees a running container: its init's host pid, its root file system, its addresses."""
 
     init_pid: int
     root: Path
     #: The folder its commands (``test.sh`` among them) start in.
     workdir: str = "/"
+    #: Its init's start time (clock ticks after boot): the view holds while that very process lives.
+    init_started: int = 0
+    #: Its addresses on its networks (IPv4 and global IPv6; none on ``--network none``).
+    addresses: tuple[str, ...] = ()
 
     @classmethod
     async def of(cls, container: str) -> ContainerRoot | None:
-        """The running container's view, or None when podman cannot say (it stopped)."""
-        found = await podman(
-            "inspect", "--format", "{{.State.Pid}} {{.GraphDriver.Data.MergedDir}} {{.Config.WorkingDir}}", container, timeout=STATE_CALL_TIMEOUT_SEC
-        )  # fmt: skip
-        pid, _, rest = found.text.partition(" ")
-        merged, _, workdir = rest.partition(" ")
-        if found.returncode != 0 or not pid.isdigit() or int(pid) <= 0 or not merged.startswith("/"):
+        """The running container's view, or None when podman cannot say (it stopped).
+
+        Asked once per container while its init lives (a trial asks three to five times, at ~60 ms
+        of CPU per podman call): a view is kept only with its init's start time, and given again
+        only while the process of that pid started then, so a pid reused after the container
+        stopped is never taken for its init."""
+        if (known := _VIEWS.get(container)) is not None and _start_time(known.init_pid) == known.init_started:
+            return known
+        _VIEWS.pop(container, None)
+        found = await podman("inspect", "--type", "container", container, timeout=STATE_CALL_TIMEOUT_SEC)
+        view = cls._parse(found.text) if found.returncode == 0 else None
+        if view is not None:
+            _VIEWS[container] = view
+            while len(_VIEWS) > _MOST_VIEWS:
+                _VIEWS.pop(next(iter(_VIEWS)))
+        return view
+
+    @classmethod
+    def _parse(cls, inspected: str) -> ContainerRoot | None:
+        """The view in ``podman inspect``'s output, or None when it shows no running container."""
+        try:
+            (details,) = json.loads(inspected)
+            pid, merged = details["State"]["Pid"], details["GraphDriver"]["Data"]["MergedDir"]
+            workdir = details["Config"].get("WorkingDir") or "/"
+            networks = (details.get("NetworkSettings") or {}).get("Networks") or {}
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        return cls(int(pid), Path(merged), workdir if workdir.startswith("/") else "/")
+        if not isinstance(pid, int) or pid <= 0 or not isinstance(merged, str) or not merged.startswith("/") or (started := _start_time(pid)) is None:
+            return None
+        found = [network.get(key) for network in networks.values() if isinstance(network, dict) for key in ("IPAddress", "GlobalIPv6Address")]
+        addresses = tuple(address for address in found if isinstance(address, str) and address)
+        return cls(pid, Path(merged), workdir if isinstance(workdir, str) and workdir.startswith("/") else "/", started, addresses)
+
+
+#: Views of running containers, by the name or id they were asked for (oldest first).
+_VIEWS: dict[str, ContainerRoot] = {}
+_MOST_VIEWS = 256
+
+
+def _start_time(pid: int) -> int | None:
+    """When host process ``pid`` started (clock ticks after boot), or None when there is none."""
+    try:
+        return _started(_read(f"/proc/{pid}/stat", 4096).decode(errors="replace"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _started(stat_line: str) -> int:
+    """The start time in a ``/proc/PID/stat`` line: field 22, counted after the command's ``)``."""
+    return int(stat_line[stat_line.rindex(")") + 2 :].split()[19])
 
 
 def processes(init_pid: int) -> list[Process]:
@@ -99,7 +145,7 @@ def pids_in_namespace(init_pid: int) -> list[int]:
 def process(pid: int) -> Process:
     """The process of host pid ``pid``; OSError when it is gone."""
     stat_line = _read(f"/proc/{pid}/stat", 4096).decode(errors="replace")
-    started = int(stat_line[stat_line.rindex(")") + 2 :].split()[19])  # field 22, counted after the command's ")"
+    started = _started(stat_line)
     status = _read(f"/proc/{pid}/status", 16384).decode(errors="replace")
     inner = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
     command = _read(f"/proc/{pid}/cmdline", _COMMAND_BYTES).replace(b"\0", b" ").decode(errors="replace").strip()
