@@ -68,7 +68,7 @@ class ContainerRoot:
         of CPU per podman call): a view is kept only with its init's start time, and given again
         only while the process of that pid started then, so a pid reused after the container
         stopped is never taken for its init."""
-        if (known := _VIEWS.get(container)) is not None and _start_time(known.init_pid) == known.init_started:
+        if (known := _VIEWS.get(container)) is not None and start_time(known.init_pid) == known.init_started:
             return known
         _VIEWS.pop(container, None)
         found = await podman("inspect", "--type", "container", container, timeout=STATE_CALL_TIMEOUT_SEC)
@@ -89,7 +89,7 @@ class ContainerRoot:
             networks = (details.get("NetworkSettings") or {}).get("Networks") or {}
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        if not isinstance(pid, int) or pid <= 0 or not isinstance(merged, str) or not merged.startswith("/") or (started := _start_time(pid)) is None:
+        if not isinstance(pid, int) or pid <= 0 or not isinstance(merged, str) or not merged.startswith("/") or (started := start_time(pid)) is None:
             return None
         found = [network.get(key) for network in networks.values() if isinstance(network, dict) for key in ("IPAddress", "GlobalIPv6Address")]
         addresses = tuple(address for address in found if isinstance(address, str) and address)
@@ -101,7 +101,7 @@ _VIEWS: dict[str, ContainerRoot] = {}
 _MOST_VIEWS = 256
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """When host process ``pid`` started (clock ticks after boot), or None when there is none."""
     try:
         return _started(_read(f"/proc/{pid}/stat", 4096).decode(errors="replace"))

@@ -19,32 +19,24 @@ import os
 import shlex
 import subprocess
 import threading
-from pathlib import Path
 
 from prefect_harbor.sandbox import firewall
+from prefect_harbor.sandbox.container_view import start_time
 from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_argv, podman_sync
 
 _watchdog_lock = threading.Lock()
 _watchdog: subprocess.Popen | None = None
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2 :].split()[19]
-
-
 def owner_token(pid: int | None = None) -> str:
     """``<pid>.<start time>`` of this process (or ``pid``): unique on the host while it runs."""
     pid = pid or os.getpid()
-    return f"{pid}.{_start_time(pid)}"
+    return f"{pid}.{start_time(pid)}"
 
 
 def owner_alive(token: str) -> bool:
     pid, _, started = token.partition(".")
-    return pid.isdigit() and _start_time(int(pid)) == started
+    return pid.isdigit() and (found := start_time(int(pid))) is not None and str(found) == started
 
 
 def ensure_watchdog() -> None:
