@@ -45,7 +45,8 @@ class DurableFolder:
         logger: logging.Logger | logging.LoggerAdapter | None = None,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
     ):
-        self.fs, root_path = fsspec.core.url_to_fs(root, **short_client_retries(root, storage_options or {}))
+        # A file system of its own, not fsspec's shared instance (as it always had on S3).
+        self.fs, root_path = fsspec.core.url_to_fs(root, **{**short_client_retries(root, storage_options or {}), "skip_instance_cache": True})
         self.run_path = f"{root_path.rstrip('/')}/{run_id}"
         self.run_id = run_id
         self.fallback_dir = fallback_dir
@@ -187,4 +188,4 @@ def short_client_retries(url: str, options: dict[str, Any], attempts: int = 1) -
     if not url.startswith(("s3://", "s3a://")):
         return options
     config = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": attempts, "mode": "standard"}}
-    return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}, "skip_instance_cache": True}
+    return {**options, "config_kwargs": {**config, **options.get("config_kwargs", {})}}
