@@ -59,6 +59,7 @@ from prefect_harbor.sandbox.compose import MAIN, TESTS_DIR, Service
 from prefect_harbor.sandbox.container_exec import exec_in
 from prefect_harbor.sandbox.container_view import ContainerRoot
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_SERVICE, LABEL_TRIAL, STATE_CALL_TIMEOUT_SEC, EngineError, env_file_options, podman, podman_path
+from prefect_harbor.sandbox.engine_service import remove_container
 from prefect_harbor.sandbox.images import EnvironmentImages, check_environment_definition, image_resolver
 from prefect_harbor.sandbox.interpolation import ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
@@ -458,9 +459,9 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         if self._pod is not None:
             await asyncio.shield(self._remove_pod())
         elif container:
-            removed = await asyncio.shield(podman("rm", "--force", "--time", "0", container, timeout=STATE_CALL_TIMEOUT_SEC))
-            if removed.returncode != 0:
-                self.logger.warning(f"Removing container {container} failed: {removed.stderr.decode(errors='replace').strip()}")
+            removed = await asyncio.shield(remove_container(container))
+            if removed is not None:
+                self.logger.warning(f"Removing container {container} failed: {removed}")
 
     async def _remove_pod(self) -> None:
         trial_pod, self._pod = self._pod, None

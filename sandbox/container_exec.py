@@ -1,9 +1,12 @@
-"""Commands in a trial's containers: one ``podman exec`` each, its output read as it comes.
+"""Commands in a trial's containers: one exec each through podman's service, its output read as it comes.
 
 Each exec runs with a marker variable of its own, which every process it starts inherits: on a
 timeout or a cancellation, those processes are found in the container's ``/proc`` by that
-marker and killed, so nothing an exec started outlives it (killing the host's ``podman exec``
-alone would leave them running).
+marker and killed, so nothing an exec started outlives it (ending the exec's stream alone
+would leave them running).
+
+An exec the engine refuses (the container has stopped, the program does not exist) returns
+what ``podman exec`` would: exit status 125 to 127 and the engine's words on stderr.
 """
 
 from __future__ import annotations
@@ -12,79 +15,114 @@ import asyncio
 import codecs
 import contextlib
 import secrets
-import subprocess
+import struct
 from collections.abc import Callable, Mapping
 
 from harbor.environments.base import ExecResult, OutputCallback, OutputStream
 
-from prefect_harbor.sandbox.engine import env_file_options, podman, start_podman
-from prefect_harbor.sandbox.spawn import EngineProcess
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC
+from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream
 from prefect_harbor.sandbox.verifier_watch import VerifierWatch
 
 EXEC_MARKER = "PREFECT_HARBOR_EXEC"
-_READ_CHUNK = 64 * 1024
+#: podman exec's own status when the engine, not the command, failed.
+ENGINE_FAILED = 125
+#: A frame of the service's output stream: 1 byte stream (1 stdout, 2 stderr), 3 padding, 4 length.
+_FRAME_HEADER = struct.Struct(">B3xI")
+_STREAMS: dict[int, OutputStream] = {1: "stdout", 2: "stderr"}
+#: How long the service may take to report an exit after the output ended.
+_EXIT_REPORT_SEC = 30.0
 
 
 async def exec_in(
     container: str, argv: list[str], *, workdir: str | None, variables: Mapping[str, str], timeout_sec: int | None, user: str | int | None,
     output: OutputCallback | None = None, watch: VerifierWatch | None = None, running: Callable[[str], bool],
 ) -> ExecResult:  # fmt: skip
-    """``podman exec`` of ``argv`` in ``container``; on timeout or cancellation every process it
-    started is killed (inside the container while ``running`` says it still runs).
+    """``argv`` run in ``container``; on timeout or cancellation every process it started is
+    killed (inside the container while ``running`` says it still runs).
 
     ``output`` gets the output as it comes; ``watch`` (main's) times the exec while it watches a verification."""
-    marker = f"{EXEC_MARKER}={secrets.token_hex(8)}"
-    args = ["exec", "--env", marker]
+    token = secrets.token_hex(8)
+    marker = f"{EXEC_MARKER}={token}"
+    session = {
+        "Cmd": argv, "Env": [*(f"{key}={value}" for key, value in variables.items()), marker],
+        "AttachStdout": True, "AttachStderr": True, "AttachStdin": False, "Tty": False,
+    }  # fmt: skip
     if user is not None:
-        args += ["--user", str(user)]
+        session["User"] = str(user)
     if workdir:
-        args += ["--workdir", workdir]
+        session["WorkingDir"] = workdir
+    created = await engine_call("POST", f"/libpod/containers/{container}/exec", json=session, timeout=STATE_CALL_TIMEOUT_SEC)
+    if created.status_code != 201:
+        return ExecResult(stdout="", stderr=f"Error: {engine_error(created, 'exec')}", return_code=ENGINE_FAILED)
+    exec_id = created.json()["Id"]
     clock = await watch.exec_clock(marker) if watch is not None else None
-    with env_file_options(variables) as env_args:
-        process = await start_podman(*args, *env_args, container, *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            stdout, stderr = await asyncio.wait_for(_collect(process, output), timeout_sec)
-        except TimeoutError:
-            await asyncio.shield(_kill_exec(container, process, marker, inside=running(container)))
-            raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
-        except asyncio.CancelledError:
-            await asyncio.shield(_kill_exec(container, process, marker, inside=running(container)))
-            raise
-        finally:
-            if clock is not None:
-                assert watch is not None  # the clock is the watch's
-                await asyncio.shield(watch.exec_returned(clock))
-    return ExecResult(stdout=stdout, stderr=stderr, return_code=process.returncode or 0)
+    try:
+        stdout, stderr = await asyncio.wait_for(_attach(exec_id, output), timeout_sec)
+    except TimeoutError:
+        await asyncio.shield(_kill_exec(container, marker, inside=running(container)))
+        raise RuntimeError(f"Command timed out after {timeout_sec} seconds") from None
+    except asyncio.CancelledError:
+        await asyncio.shield(_kill_exec(container, marker, inside=running(container)))
+        raise
+    finally:
+        if clock is not None:
+            assert watch is not None  # the clock is the watch's
+            await asyncio.shield(watch.exec_returned(clock))
+    return ExecResult(stdout=stdout, stderr=stderr, return_code=await _exit_code(exec_id))
 
 
-async def _collect(process: EngineProcess, callback: OutputCallback | None) -> tuple[str, str]:
-    async def read(stream: asyncio.StreamReader | None, name: OutputStream) -> str:
-        assert stream is not None, "started with stdout and stderr piped"
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        parts: list[str] = []
-        while chunk := await stream.read(_READ_CHUNK):
-            text = decoder.decode(chunk)
-            parts.append(text)
-            if callback and text:
-                await callback(text, name)
-        parts.append(decoder.decode(b"", final=True))
-        return "".join(parts)
+async def _attach(exec_id: str, callback: OutputCallback | None) -> tuple[str, str]:
+    """Start the exec and read its output to the end: frames of stdout and stderr, each decoded as it comes."""
+    decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in _STREAMS.values()}
+    parts: dict[OutputStream, list[str]] = {name: [] for name in _STREAMS.values()}
+    async with engine_stream("POST", f"/libpod/exec/{exec_id}/start", json={"Detach": False, "Tty": False}) as response:
+        if response.status_code != 200:
+            await response.aread()
+            message = str(engine_error(response, "starting the exec"))
+            return "", f"Error: {message}\n"
+        pending = bytearray()
+        async for chunk in response.aiter_raw():
+            pending += chunk
+            while len(pending) >= _FRAME_HEADER.size:
+                kind, size = _FRAME_HEADER.unpack_from(pending)
+                if len(pending) < _FRAME_HEADER.size + size:
+                    break
+                name = _STREAMS.get(kind, "stderr")
+                text = decoders[name].decode(bytes(pending[_FRAME_HEADER.size : _FRAME_HEADER.size + size]))
+                del pending[: _FRAME_HEADER.size + size]
+                parts[name].append(text)
+                if callback and text:
+                    await callback(text, name)
+    for name, decoder in decoders.items():
+        parts[name].append(decoder.decode(b"", final=True))
+    return "".join(parts["stdout"]), "".join(parts["stderr"])
 
-    stdout, stderr = await asyncio.gather(read(process.stdout, "stdout"), read(process.stderr, "stderr"))
-    await process.wait()
-    return stdout, stderr
+
+async def _exit_code(exec_id: str) -> int:
+    """The exec's exit status, once the service has recorded it (it follows the output's end)."""
+    deadline = asyncio.get_running_loop().time() + _EXIT_REPORT_SEC
+    while True:
+        inspected = await engine_call("GET", f"/libpod/exec/{exec_id}/json", timeout=STATE_CALL_TIMEOUT_SEC)
+        if inspected.status_code != 200:
+            raise engine_error(inspected, f"reading the exit status of exec {exec_id}")
+        state = inspected.json()
+        if not state.get("Running") or asyncio.get_running_loop().time() > deadline:
+            code = state.get("ExitCode")
+            return code if isinstance(code, int) and code >= 0 else ENGINE_FAILED
+        await asyncio.sleep(0.05)
 
 
-async def _kill_exec(container: str, process: EngineProcess, marker: str, *, inside: bool) -> None:
-    """Kill every process the exec started: ``inside`` the container (they carry its marker), and the ``podman exec`` itself."""
-    if inside:
-        script = (
-            f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
-            f"grep -qx {marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
-        )
-        with contextlib.suppress(Exception):
-            await podman("exec", "--user", "root", container, "sh", "-c", script, timeout=30)
-    if process.returncode is None:
-        process.kill()
+async def _kill_exec(container: str, marker: str, *, inside: bool) -> None:
+    """Kill every process the exec started ``inside`` the container (they carry its marker)."""
+    if not inside:
+        return
+    script = (
+        f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
+        f"grep -qx {marker} && kill -9 ${{p#/proc/}} 2>/dev/null; done; true"
+    )
     with contextlib.suppress(Exception):
-        await process.wait()
+        await asyncio.wait_for(
+            exec_in(container, ["sh", "-c", script], workdir=None, variables={}, timeout_sec=None, user="root", running=lambda _: False),
+            30,
+        )

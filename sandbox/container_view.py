@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, podman, start_podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, start_podman
+from prefect_harbor.sandbox.engine_service import engine_call
 
 #: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
@@ -71,8 +72,8 @@ class ContainerRoot:
         if (known := _VIEWS.get(container)) is not None and start_time(known.init_pid) == known.init_started:
             return known
         _VIEWS.pop(container, None)
-        found = await podman("inspect", "--type", "container", container, timeout=STATE_CALL_TIMEOUT_SEC)
-        view = cls._parse(found.text) if found.returncode == 0 else None
+        found = await engine_call("GET", f"/libpod/containers/{container}/json", timeout=STATE_CALL_TIMEOUT_SEC)
+        view = cls._parse(found.content) if found.status_code == 200 else None
         if view is not None:
             _VIEWS[container] = view
             while len(_VIEWS) > _MOST_VIEWS:
@@ -80,10 +81,10 @@ class ContainerRoot:
         return view
 
     @classmethod
-    def _parse(cls, inspected: str) -> ContainerRoot | None:
-        """The view in ``podman inspect``'s output, or None when it shows no running container."""
+    def _parse(cls, inspected: bytes) -> ContainerRoot | None:
+        """The view in the engine's inspection of a container (JSON), or None when it shows no running container."""
         try:
-            (details,) = json.loads(inspected)
+            details = json.loads(inspected)
             pid, merged = details["State"]["Pid"], details["GraphDriver"]["Data"]["MergedDir"]
             workdir = details["Config"].get("WorkingDir") or "/"
             networks = (details.get("NetworkSettings") or {}).get("Networks") or {}

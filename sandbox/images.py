@@ -58,7 +58,8 @@ from prefect_harbor.sandbox.dockerfile import (
     variable_copy_sources,
     with_arg_defaults,
 )  # fmt: skip
-from prefect_harbor.sandbox.engine import EngineError, podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, EngineError, podman
+from prefect_harbor.sandbox.engine_service import engine_call
 from prefect_harbor.sandbox.file_locks import polled_flock
 from prefect_harbor.sandbox.image_disk import mark_used
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
@@ -523,7 +524,14 @@ def _cache_key(environment_dir: Path, dockerfile: Path) -> str:
 
 
 async def _exists(reference: str) -> bool:
-    return (await podman("image", "exists", reference)).returncode == 0
+    """Whether ``reference`` is in local storage. An engine that cannot answer (not installed, broken)
+    says no, as ``podman image exists`` does: what needs the image then fails in the engine's words."""
+    try:
+        found = await engine_call("GET", f"/libpod/images/{reference}/exists", timeout=STATE_CALL_TIMEOUT_SEC)
+    except EngineError as error:
+        logger.debug(f"Asking whether image {reference} exists: {error}")
+        return False
+    return found.status_code == 204
 
 
 async def present_images(references: set[str]) -> set[str]:

@@ -1,7 +1,8 @@
 """Files in and out of a container as tar streams made and read by trusted code only.
 
-Both directions go through ``podman cp`` (:func:`copy_in`, :func:`copy_out`) (podman's own copier, which resolves paths inside
-the container's root), never through a ``tar`` binary of the container's: an agent that is
+Both directions go through podman's own copier (:func:`copy_in`, :func:`copy_out`: the
+archive endpoints of its service, what ``podman cp`` runs), which resolves paths inside the
+container's root, never through a ``tar`` binary of the container's: an agent that is
 root in its container can replace that binary and forge the archive.
 
 On the host, what comes out is extracted by :func:`unpack`, which writes regular files and
@@ -21,15 +22,15 @@ import contextlib
 import logging
 import os
 import stat
-import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from prefect_harbor.sandbox.engine import podman_temp_dir, start_podman
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC
+from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +85,25 @@ class _Counted:
 
 
 async def copy_in(container: str, source: Path, target: PurePosixPath) -> None:
-    """``source`` (a host file or folder) into ``container`` as ``target``, an absolute path: :func:`pack`, then ``podman cp``."""
+    """``source`` (a host file or folder) into ``container`` as ``target``, an absolute path: :func:`pack`,
+    then the engine's archive upload (``podman cp --archive=false - CONTAINER:/``: owners as packed)."""
     if not target.is_absolute():
         raise ValueError(f"{target}: give an absolute path in the container.")
-    with tempfile.TemporaryFile() as archive, podman_temp_dir() as scratch:
+    with tempfile.TemporaryFile() as archive:
         await asyncio.to_thread(pack, source, target, archive)
         archive.seek(0)
-        process = await start_podman(
-            "cp", "--archive=false", "-", f"{container}:/", stdin=archive, stdout=subprocess.PIPE, stderr=subprocess.PIPE, temp_dir=scratch
-        )
-        _, stderr = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"copying {source} into the container at {target} failed: {stderr.decode(errors='replace').strip()}")
+        # Docker's endpoint, not libpod's: it keeps the archive's owners (libpod's gives every file the container's user).
+        done = await engine_call(
+            "PUT", f"/containers/{container}/archive", params={"path": "/"}, content=_chunks(archive),
+            headers={"Content-Type": "application/x-tar"}, timeout=STATE_CALL_TIMEOUT_SEC,
+        )  # fmt: skip
+    if done.status_code != 200:
+        raise RuntimeError(f"copying {source} into the container at {target} failed: {engine_error(done, 'podman cp')}")
+
+
+async def _chunks(archive: IO[bytes]) -> AsyncIterator[bytes]:
+    while chunk := await asyncio.to_thread(archive.read, _CHUNK):
+        yield chunk
 
 
 #: Told of a copy out that the limit cut: its source and what :func:`unpack` did.
@@ -103,35 +111,66 @@ CutCopy = Callable[[str, "Unpacked"], None]
 
 
 async def copy_out(container: str, source: str, target: Path, *, strip: int, max_bytes: int, on_cut: CutCopy) -> None:
-    """``source`` out of ``container`` into ``target``: podman's tar stream, extracted as it comes
-    (:func:`unpack`), at most ``max_bytes``; a copy the limit cut is told to ``on_cut``."""
+    """``source`` out of ``container`` into ``target``: the engine's tar stream (``podman cp CONTAINER:SOURCE -``),
+    extracted as it comes (:func:`unpack`), at most ``max_bytes``; a copy the limit cut is told to ``on_cut``."""
     reading, writing = os.pipe()
+    stream, sink = os.fdopen(reading, "rb"), os.fdopen(writing, "wb")
+    unpacking = asyncio.ensure_future(
+        asyncio.to_thread(_unpack_then_close, stream, target, strip=strip, max_bytes=max_bytes, max_read=max_bytes * _COPY_READ_FACTOR)
+    )
     try:
-        process = await start_podman("cp", f"{container}:{source}", "-", stdin=subprocess.DEVNULL, stdout=writing, stderr=subprocess.PIPE)
-    except BaseException:
-        os.close(reading)
-        raise
+        failed = await _feed(container, source, sink, unpacking)
     finally:
-        os.close(writing)
-    assert process.stderr is not None  # started with stderr=PIPE
-    with os.fdopen(reading, "rb") as stream:
-        errors = asyncio.ensure_future(process.stderr.read())
-        unpacking = asyncio.ensure_future(
-            asyncio.to_thread(unpack, stream, target, strip=strip, max_bytes=max_bytes, max_read=max_bytes * _COPY_READ_FACTOR)
-        )
-        try:
-            done = await asyncio.shield(unpacking)
-        finally:
-            if process.returncode is None and _stopped_reading(unpacking):
-                process.kill()  # cancelled, or read as far as a copy reads: the thread then sees the stream end
-            with contextlib.suppress(Exception):
-                await asyncio.shield(unpacking)
-            stderr = await errors
-            await process.wait()
-    if process.returncode != 0 and not done.stopped_early:
-        raise RuntimeError(f"copying {source} out of the container failed: {stderr.decode(errors='replace').strip()[-2000:]}")
+        with contextlib.suppress(Exception):
+            await asyncio.shield(unpacking)  # the reader sees the stream end once the pipe is closed
+    done = await unpacking
+    if failed is not None and not done.stopped_early:
+        raise RuntimeError(f"copying {source} out of the container failed: {failed}")
     if done.dropped_files or done.stopped_early:
         on_cut(source, done)
+
+
+async def _feed(container: str, source: str, sink: IO[bytes], unpacking: asyncio.Future[Unpacked]) -> str | None:
+    """The engine's archive of ``source`` written into ``sink`` as it comes, until its end or until the
+    reader stops; ``sink`` closed in every case. Returns why the engine refused, if it did."""
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.connect_write_pipe(lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), sink)
+    except BaseException:
+        sink.close()
+        raise
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    finished = False
+    try:
+        route = f"/containers/{container}/archive"
+        async with engine_stream("GET", route, params={"path": source}, timeout=STATE_CALL_TIMEOUT_SEC) as response:
+            if response.status_code != 200:
+                await response.aread()
+                return str(engine_error(response, "podman cp"))
+            async for chunk in response.aiter_raw():
+                if unpacking.done():
+                    return None  # read as far as a copy reads
+                writer.write(chunk)
+                try:
+                    await writer.drain()
+                except ConnectionError:
+                    return None  # the reader stopped
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()  # what is written has reached the pipe
+        finished = True
+        return None
+    finally:
+        if not finished:
+            transport.abort()
+
+
+def _unpack_then_close(stream: IO[bytes], target: Path, **limits: int) -> Unpacked:
+    """:func:`unpack`, then the read end closed: a writer still writing learns the reader stopped."""
+    try:
+        return unpack(stream, target, **limits)
+    finally:
+        stream.close()
 
 
 async def copy_file_out(container: str, source: str, target: Path, *, max_bytes: int, on_cut: CutCopy) -> None:
@@ -143,13 +182,6 @@ async def copy_file_out(container: str, source: str, target: Path, *, max_bytes:
             raise FileNotFoundError(f"{source} is not a regular file in the container.")
         target.parent.mkdir(parents=True, exist_ok=True)
         copied[0].replace(target)
-
-
-def _stopped_reading(unpacking: asyncio.Future[Unpacked]) -> bool:
-    """Whether the copy's reader is done with podman's stream before its end."""
-    if not unpacking.done() or unpacking.cancelled() or unpacking.exception() is not None:
-        return True
-    return unpacking.result().stopped_early
 
 
 def pack(source: Path, target: PurePosixPath, into: IO[bytes]) -> None:

@@ -1,0 +1,81 @@
+"""podman's REST service, one per process (sandbox/engine_service.py): started on first use, root's alone, replaced when gone, stopped at exit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from prefect_harbor.sandbox import engine_service
+from prefect_harbor.sandbox.engine import EngineError
+
+
+def test_a_service_that_cannot_start_fails_in_its_own_words(monkeypatch):
+    monkeypatch.setattr(engine_service, "podman_argv", lambda *_: ["sh", "-c", "echo 'cannot open the storage' >&2; exit 125"])
+    service = engine_service._Service()
+    with pytest.raises(EngineError, match=r"did not start \(exit 125\): cannot open the storage"):
+        service.socket()
+    service.stop()
+
+
+def test_a_service_that_never_answers_is_stopped_and_named(monkeypatch):
+    monkeypatch.setattr(engine_service, "podman_argv", lambda *_: ["sleep", "60"])
+    monkeypatch.setattr(engine_service, "START_TIMEOUT_SEC", 0.5)
+    service = engine_service._Service()
+    with pytest.raises(EngineError, match="did not answer"):
+        service.socket()
+    assert service._process is not None and service._process.poll() is not None, "the silent service was left running"
+    service.stop()
+
+
+@pytest.mark.integration
+def test_the_service_starts_on_first_use_in_a_folder_only_root_opens_and_in_a_session_of_its_own():
+    service = engine_service._Service()
+    try:
+        socket = service.socket()
+        folder = socket.parent.stat()
+        assert stat.S_IMODE(folder.st_mode) == 0o700 and folder.st_uid == 0
+        assert service._process is not None
+        assert os.getsid(service._process.pid) != os.getsid(0), "a Ctrl-C to the terminal's process group would stop it"
+        assert service.running() == socket and service.socket() == socket  # one service, not one per call
+    finally:
+        service.stop()
+    assert service._process is None and not socket.parent.exists()
+
+
+@pytest.mark.integration
+def test_a_service_that_has_gone_is_replaced_by_the_next_call(monkeypatch):
+    service = engine_service._Service()
+    monkeypatch.setattr(engine_service, "_SERVICE", service)
+    try:
+        first = asyncio.run(engine_service.engine_call("GET", "/libpod/_ping"))
+        assert first.status_code == 200
+        assert service._process is not None
+        gone = service._process.pid
+        service._process.kill()
+        service._process.wait()
+        again = asyncio.run(engine_service.engine_call("GET", "/libpod/_ping"))
+        assert again.status_code == 200 and service._process.pid != gone
+    finally:
+        service.stop()
+
+
+@pytest.mark.integration
+def test_the_service_ends_with_the_process_that_started_it(tmp_path):
+    script = textwrap.dedent(
+        """
+        import asyncio
+        from prefect_harbor.sandbox import engine_service
+        assert asyncio.run(engine_service.engine_call("GET", "/libpod/_ping")).status_code == 200
+        print(engine_service._SERVICE._process.pid, engine_service._SERVICE._folder, flush=True)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    pid, folder = done.stdout.split()
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", "the service outlived its process"
+    assert not os.path.exists(folder)
