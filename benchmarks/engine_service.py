@@ -30,7 +30,7 @@ os.environ.setdefault("HARBOR_TELEMETRY", "0")
 import prefect_harbor  # noqa: E402,F401  (offline defaults before harbor is imported)
 from prefect_harbor.sandbox.container_exec import exec_in  # noqa: E402
 from prefect_harbor.sandbox.engine import podman  # noqa: E402
-from prefect_harbor.sandbox.engine_service import engine_call  # noqa: E402
+from prefect_harbor.sandbox.engine_service import engine_call, segment  # noqa: E402
 from prefect_harbor.sandbox.images import image_resolver  # noqa: E402
 from prefect_harbor.sandbox.transfer import copy_file_out, copy_in, pack  # noqa: E402
 
@@ -57,7 +57,7 @@ async def service_call(container: str, payload: Path, scratch: Path) -> None:
     assert done.return_code == 0, done
     await copy_in(container, payload, PurePosixPath("/tmp/payload.txt"))
     await copy_file_out(container, "/tmp/payload.txt", scratch / "out-service.txt", max_bytes=1 << 20, on_cut=lambda *_: None)
-    assert (await engine_call("GET", f"/libpod/containers/{container}/json")).status_code == 200  # what ContainerRoot.of asks
+    assert (await engine_call("GET", f"/libpod/containers/{segment(container)}/json")).status_code == 200  # what ContainerRoot.of asks
 
 
 async def phase(call, calls: int, *args) -> tuple[float, float]:

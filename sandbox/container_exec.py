@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from harbor.environments.base import ExecResult, OutputCallback, OutputStream
 
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC
-from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream
+from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream, segment
 from prefect_harbor.sandbox.verifier_watch import VerifierWatch
 
 EXEC_MARKER = "PREFECT_HARBOR_EXEC"
@@ -52,7 +52,7 @@ async def exec_in(
         session["User"] = str(user)
     if workdir:
         session["WorkingDir"] = workdir
-    created = await engine_call("POST", f"/libpod/containers/{container}/exec", json=session, timeout=STATE_CALL_TIMEOUT_SEC)
+    created = await engine_call("POST", f"/libpod/containers/{segment(container)}/exec", json=session, timeout=STATE_CALL_TIMEOUT_SEC)
     if created.status_code != 201:
         return ExecResult(stdout="", stderr=f"Error: {engine_error(created, 'exec')}", return_code=ENGINE_FAILED)
     exec_id = created.json()["Id"]
@@ -76,7 +76,7 @@ async def _attach(exec_id: str, callback: OutputCallback | None) -> tuple[str, s
     """Start the exec and read its output to the end: frames of stdout and stderr, each decoded as it comes."""
     decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in _STREAMS.values()}
     parts: dict[OutputStream, list[str]] = {name: [] for name in _STREAMS.values()}
-    async with engine_stream("POST", f"/libpod/exec/{exec_id}/start", json={"Detach": False, "Tty": False}) as response:
+    async with engine_stream("POST", f"/libpod/exec/{segment(exec_id)}/start", json={"Detach": False, "Tty": False}) as response:
         if response.status_code != 200:
             await response.aread()
             message = str(engine_error(response, "starting the exec"))
@@ -103,7 +103,7 @@ async def _exit_code(exec_id: str) -> int:
     """The exec's exit status, once the service has recorded it (it follows the output's end)."""
     deadline = asyncio.get_running_loop().time() + _EXIT_REPORT_SEC
     while True:
-        inspected = await engine_call("GET", f"/libpod/exec/{exec_id}/json", timeout=STATE_CALL_TIMEOUT_SEC)
+        inspected = await engine_call("GET", f"/libpod/exec/{segment(exec_id)}/json", timeout=STATE_CALL_TIMEOUT_SEC)
         if inspected.status_code != 200:
             raise engine_error(inspected, f"reading the exit status of exec {exec_id}")
         state = inspected.json()

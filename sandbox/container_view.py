@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, start_podman
-from prefect_harbor.sandbox.engine_service import engine_call
+from prefect_harbor.sandbox.engine_service import engine_call, segment
 
 #: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
@@ -72,7 +72,7 @@ class ContainerRoot:
         if (known := _VIEWS.get(container)) is not None and start_time(known.init_pid) == known.init_started:
             return known
         _VIEWS.pop(container, None)
-        found = await engine_call("GET", f"/libpod/containers/{container}/json", timeout=STATE_CALL_TIMEOUT_SEC)
+        found = await engine_call("GET", f"/libpod/containers/{segment(container)}/json", timeout=STATE_CALL_TIMEOUT_SEC)
         view = cls._parse(found.content) if found.status_code == 200 else None
         if view is not None:
             _VIEWS[container] = view

@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -131,6 +132,12 @@ atexit.register(_SERVICE.stop)
 os.register_at_fork(after_in_child=_SERVICE.forget)
 
 
+def segment(name: str) -> str:
+    """``name`` (a container, an image reference, an exec id) as one path segment of a call: a task's
+    image reference is the task author's text, and ``x/../../_ping?`` must not name another endpoint."""
+    return quote(name, safe="")
+
+
 def _client(socket: Path, timeout: float | None) -> httpx.AsyncClient:
     # trust_env=False: a host proxy setting must not route a local socket's requests (nor load CA files).
     transport = httpx.AsyncHTTPTransport(uds=str(socket), verify=False)
@@ -187,7 +194,7 @@ def engine_error(response: httpx.Response, what: str) -> EngineError:
 async def remove_container(container: str) -> str | None:
     """``podman rm --force --time 0 CONTAINER`` through the service: None once it is gone (or was
     never there), else the engine's reason it is not."""
-    removed = await engine_call("DELETE", f"/libpod/containers/{container}", params={"force": "true", "timeout": "0"}, timeout=STATE_CALL_TIMEOUT_SEC)
+    removed = await engine_call("DELETE", f"/libpod/containers/{segment(container)}", params={"force": "true", "timeout": "0"}, timeout=STATE_CALL_TIMEOUT_SEC)
     if removed.status_code in (200, 204, 404):
         failed = [report.get("Err") for report in removed.json() if isinstance(report, dict) and report.get("Err")] if removed.status_code == 200 else []
         return "; ".join(map(str, failed)) or None

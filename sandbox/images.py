@@ -59,7 +59,7 @@ from prefect_harbor.sandbox.dockerfile import (
     with_arg_defaults,
 )  # fmt: skip
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, EngineError, podman
-from prefect_harbor.sandbox.engine_service import engine_call
+from prefect_harbor.sandbox.engine_service import engine_call, segment
 from prefect_harbor.sandbox.file_locks import polled_flock
 from prefect_harbor.sandbox.image_disk import mark_used
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
@@ -527,7 +527,7 @@ async def _exists(reference: str) -> bool:
     """Whether ``reference`` is in local storage. An engine that cannot answer (not installed, broken)
     says no, as ``podman image exists`` does: what needs the image then fails in the engine's words."""
     try:
-        found = await engine_call("GET", f"/libpod/images/{reference}/exists", timeout=STATE_CALL_TIMEOUT_SEC)
+        found = await engine_call("GET", f"/libpod/images/{segment(reference)}/exists", timeout=STATE_CALL_TIMEOUT_SEC)
     except EngineError as error:
         logger.debug(f"Asking whether image {reference} exists: {error}")
         return False

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC
-from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream
+from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream, segment
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ async def copy_in(container: str, source: Path, target: PurePosixPath) -> None:
         archive.seek(0)
         # Docker's endpoint, not libpod's: it keeps the archive's owners (libpod's gives every file the container's user).
         done = await engine_call(
-            "PUT", f"/containers/{container}/archive", params={"path": "/"}, content=_chunks(archive),
+            "PUT", f"/containers/{segment(container)}/archive", params={"path": "/"}, content=_chunks(archive),
             headers={"Content-Type": "application/x-tar"}, timeout=STATE_CALL_TIMEOUT_SEC,
         )  # fmt: skip
     if done.status_code != 200:
@@ -142,7 +142,7 @@ async def _feed(container: str, source: str, sink: IO[bytes], unpacking: asyncio
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     finished = False
     try:
-        route = f"/containers/{container}/archive"
+        route = f"/containers/{segment(container)}/archive"
         async with engine_stream("GET", route, params={"path": source}, timeout=STATE_CALL_TIMEOUT_SEC) as response:
             if response.status_code != 200:
                 await response.aread()

@@ -79,3 +79,17 @@ def test_the_service_ends_with_the_process_that_started_it(tmp_path):
     pid, folder = done.stdout.split()
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", "the service outlived its process"
     assert not os.path.exists(folder)
+
+
+def test_a_name_is_one_path_segment_whatever_it_holds():
+    assert engine_service.segment("x/../../_ping?a=#b") == "x%2F..%2F..%2F_ping%3Fa%3D%23b"
+
+
+@pytest.mark.integration
+def test_an_image_reference_that_tries_to_name_another_endpoint_names_no_image():
+    """Unescaped, this reference asked ``GET /libpod/networks/prefect-harbor/exists`` (204: yes) from the image lookup."""
+    from prefect_harbor.sandbox.images import _exists
+    from prefect_harbor.sandbox.network import ensure_network
+
+    ensure_network()
+    assert asyncio.run(_exists("x/../../networks/prefect-harbor/exists?a=")) is False
