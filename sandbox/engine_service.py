@@ -44,6 +44,9 @@ START_TIMEOUT_SEC = 60.0
 #: The API version the calls are written against (podman 4.3, Debian 12; podman 5 serves it too).
 #: Paths under it are libpod's own (``/libpod/...``) or Docker's (``/containers/...``).
 API_ROOT = "http://podman/v4.0.0"
+#: The longest path a unix socket can have (``sun_path``, less its NUL), and what the folder and socket names add.
+_MAX_SOCKET_PATH = 107
+_SOCKET_NAME_BYTES = len("/prefect-harbor-engine-12345678/podman.sock")
 #: Connections tried before a call fails.
 _CONNECT_TRIES = 3
 
@@ -89,7 +92,7 @@ class _Service:
     def _start(self) -> None:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
-        self._folder = Path(tempfile.mkdtemp(prefix="prefect-harbor-engine-"))  # mode 0700: root only
+        self._folder = Path(tempfile.mkdtemp(prefix="prefect-harbor-engine-", dir=_socket_parent()))  # mode 0700: root only
         socket, log = self._folder / "podman.sock", self._folder / "service.log"
         argv = podman_argv("system", "service", "--time", str(IDLE_EXIT_SEC), f"unix://{socket}")
         # Its output goes to a file: a pipe nobody reads would stop it, and a closed one kill it (SIGPIPE).
@@ -107,6 +110,13 @@ class _Service:
                 raise EngineError(f"podman's service did not answer on {socket} within {START_TIMEOUT_SEC:g} s")
             time.sleep(0.02)
         self._ready = socket
+
+
+def _socket_parent() -> str:
+    """The temporary folder, unless its path is too long for a socket in it (a socket's path holds at
+    most 107 bytes, and a test's or a job's ``TMPDIR`` can be longer): then ``/tmp``."""
+    parent = tempfile.gettempdir()
+    return parent if len(os.fsencode(parent)) <= _MAX_SOCKET_PATH - _SOCKET_NAME_BYTES else "/tmp"
 
 
 def _answers(socket: Path) -> bool:

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -93,3 +94,17 @@ def test_an_image_reference_that_tries_to_name_another_endpoint_names_no_image()
 
     ensure_network()
     assert asyncio.run(_exists("x/../../networks/prefect-harbor/exists?a=")) is False
+
+
+@pytest.mark.integration
+def test_a_temporary_folder_too_long_for_a_socket_path_still_gets_a_service(monkeypatch, tmp_path):
+    """A test's or a CI job's TMPDIR can be longer than the 107 bytes a socket's path may have."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    service = engine_service._Service()
+    try:
+        socket = service.socket()
+        assert len(os.fsencode(str(socket))) <= 107
+    finally:
+        service.stop()
