@@ -44,8 +44,9 @@ from pathlib import Path
 
 from prefect_harbor.sandbox.engine import CONF_DIR, LABEL_OWNER, Completed, EngineError, podman, podman_sync
 from prefect_harbor.sandbox.image_disk import cache_in_use, check_cache_if_due
-from prefect_harbor.sandbox.janitor import ensure_watchdog, owner_token
+from prefect_harbor.sandbox.janitor import ensure_watchdog
 from prefect_harbor.sandbox.network import ensure_network
+from prefect_harbor.sandbox.owners import owner_token
 from prefect_harbor.sandbox.seccomp import seccomp_profile
 
 #: Bump when the builder image's recipe changes, so hosts make the new one.

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, start_podman
 from prefect_harbor.sandbox.engine_service import engine_call, segment
+from prefect_harbor.sandbox.owners import start_time, started_at
 
 #: How much of a process's command line is read.
 _COMMAND_BYTES = 4096
@@ -102,19 +103,6 @@ _VIEWS: dict[str, ContainerRoot] = {}
 _MOST_VIEWS = 256
 
 
-def start_time(pid: int) -> int | None:
-    """When host process ``pid`` started (clock ticks after boot), or None when there is none."""
-    try:
-        return _started(_read(f"/proc/{pid}/stat", 4096).decode(errors="replace"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _started(stat_line: str) -> int:
-    """The start time in a ``/proc/PID/stat`` line: field 22, counted after the command's ``)``."""
-    return int(stat_line[stat_line.rindex(")") + 2 :].split()[19])
-
-
 def processes(init_pid: int) -> list[Process]:
     """The processes in ``init_pid``'s pid namespace, read from the host's ``/proc``."""
     found = []
@@ -146,7 +134,7 @@ def pids_in_namespace(init_pid: int) -> list[int]:
 def process(pid: int) -> Process:
     """The process of host pid ``pid``; OSError when it is gone."""
     stat_line = _read(f"/proc/{pid}/stat", 4096).decode(errors="replace")
-    started = _started(stat_line)
+    started = started_at(stat_line)
     status = _read(f"/proc/{pid}/status", 16384).decode(errors="replace")
     inner = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
     command = _read(f"/proc/{pid}/cmdline", _COMMAND_BYTES).replace(b"\0", b" ").decode(errors="replace").strip()

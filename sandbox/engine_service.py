@@ -9,7 +9,8 @@ often (exec, copies, inspect, diff, remove) go to a service this process starts 
   user, and no container (which sees none of the host's files), can reach it;
 - it runs in a session of its own, so a Ctrl-C to the terminal's process group leaves it to
   the cancellation that still needs it; this process stops it at exit, and one left behind by a
-  process that was killed exits by itself after :data:`IDLE_EXIT_SEC` without a request;
+  process that was killed exits by itself after :data:`IDLE_EXIT_SEC` without a request (the
+  janitor removes such a process's folder: it is named by its owner);
 - it runs with :func:`~prefect_harbor.sandbox.engine.engine_env`, as every CLI call does, and
   shares the CLI's storage: a container ``podman run`` started is the service's to exec in.
 
@@ -27,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +36,7 @@ from urllib.parse import quote
 import httpx
 
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, EngineError, engine_env, podman_argv
+from prefect_harbor.sandbox.owners import owner_token
 
 #: A service no process has called for this long exits (one whose process died, in practice):
 #: an exec or a copy under way keeps it, as its connection is open.
@@ -44,9 +46,11 @@ START_TIMEOUT_SEC = 60.0
 #: The API version the calls are written against (podman 4.3, Debian 12; podman 5 serves it too).
 #: Paths under it are libpod's own (``/libpod/...``) or Docker's (``/containers/...``).
 API_ROOT = "http://podman/v4.0.0"
+#: A service's folder: this, its owner's token, a random part.
+FOLDER_PREFIX = "prefect-harbor-engine-"
 #: The longest path a unix socket can have (``sun_path``, less its NUL), and what the folder and socket names add.
 _MAX_SOCKET_PATH = 107
-_SOCKET_NAME_BYTES = len("/prefect-harbor-engine-12345678/podman.sock")
+_SOCKET_NAME_BYTES = len("/prefect-harbor-engine-4194304.999999999999-12345678/podman.sock")
 #: Connections tried before a call fails.
 _CONNECT_TRIES = 3
 
@@ -92,7 +96,8 @@ class _Service:
     def _start(self) -> None:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
-        self._folder = Path(tempfile.mkdtemp(prefix="prefect-harbor-engine-", dir=_socket_parent()))  # mode 0700: root only
+        # Named by its owner (mode 0700: root only): the janitor removes the folders of owners that died.
+        self._folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{owner_token()}-", dir=socket_parent()))
         socket, log = self._folder / "podman.sock", self._folder / "service.log"
         argv = podman_argv("system", "service", "--time", str(IDLE_EXIT_SEC), f"unix://{socket}")
         # Its output goes to a file: a pipe nobody reads would stop it, and a closed one kill it (SIGPIPE).
@@ -112,7 +117,7 @@ class _Service:
         self._ready = socket
 
 
-def _socket_parent() -> str:
+def socket_parent() -> str:
     """The temporary folder, unless its path is too long for a socket in it (a socket's path holds at
     most 107 bytes, and a test's or a job's ``TMPDIR`` can be longer): then ``/tmp``."""
     parent = tempfile.gettempdir()
@@ -209,3 +214,16 @@ async def remove_container(container: str) -> str | None:
         failed = [report.get("Err") for report in removed.json() if isinstance(report, dict) and report.get("Err")] if removed.status_code == 200 else []
         return "; ".join(map(str, failed)) or None
     return str(engine_error(removed, f"removing container {container}"))
+
+
+def reap_orphaned_folders(owner_alive: Callable[[str], bool]) -> list[Path]:
+    """Remove the service folders whose owner process is gone (a process killed before its exit
+    handler ran leaves one; its service has exited by then, or exits when idle); the folders removed."""
+    removed = []
+    for parent in {Path(tempfile.gettempdir()), Path("/tmp")}:  # where socket_parent() puts them
+        for folder in parent.glob(f"{FOLDER_PREFIX}*"):
+            owner = folder.name.removeprefix(FOLDER_PREFIX).rpartition("-")[0]
+            if folder.is_dir() and not folder.is_symlink() and owner and not owner_alive(owner):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed

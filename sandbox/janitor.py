@@ -10,7 +10,8 @@ reused pid is not mistaken for the owner). Two mechanisms remove orphans:
   admissions from the host's guard (:mod:`.firewall`), then exits;
 * :func:`reap_orphans`, run at the start of every sweep and by ``prefect-harbor cleanup``,
   removes pods and containers whose owner is gone (for example after a reboot of the watchdog's host
-  session), and the guard's admissions of relays whose owner is gone.
+  session), the guard's admissions of relays whose owner is gone, and the folders of engine
+  services whose owner is gone (:mod:`.engine_service`).
 """
 
 from __future__ import annotations
@@ -21,22 +22,12 @@ import subprocess
 import threading
 
 from prefect_harbor.sandbox import firewall
-from prefect_harbor.sandbox.container_view import start_time
 from prefect_harbor.sandbox.engine import LABEL_OWNER, engine_env, podman_argv, podman_sync
+from prefect_harbor.sandbox.engine_service import reap_orphaned_folders
+from prefect_harbor.sandbox.owners import owner_alive, owner_token
 
 _watchdog_lock = threading.Lock()
 _watchdog: subprocess.Popen | None = None
-
-
-def owner_token(pid: int | None = None) -> str:
-    """``<pid>.<start time>`` of this process (or ``pid``): unique on the host while it runs."""
-    pid = pid or os.getpid()
-    return f"{pid}.{start_time(pid)}"
-
-
-def owner_alive(token: str) -> bool:
-    pid, _, started = token.partition(".")
-    return pid.isdigit() and (found := start_time(int(pid))) is not None and str(found) == started
 
 
 def ensure_watchdog() -> None:
@@ -76,6 +67,7 @@ def reap_orphans() -> list[str]:
     if containers:
         podman_sync("rm", "-f", "-t", "0", *(cid for cid, _ in containers), timeout=120)
     firewall.withdraw_dead_owners(owner_alive)
+    reap_orphaned_folders(owner_alive)
     return [name for _, name in pods + containers]
 
 

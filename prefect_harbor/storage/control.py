@@ -22,7 +22,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from prefect_harbor.sandbox.janitor import owner_alive, owner_token
+from prefect_harbor.sandbox.owners import owner_alive, owner_token
 from prefect_harbor.storage.manifest import RunManifest
 from prefect_harbor.storage.reading import DamagedFile
 from prefect_harbor.storage.run_store import RunStore

@@ -28,7 +28,8 @@ from prefect_harbor.flows import cancellation, evaluation_sweep
 from prefect_harbor.flows.cancellation import CancelScope
 from prefect_harbor.host import host_name
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
-from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
+from prefect_harbor.sandbox.janitor import reap_orphans
+from prefect_harbor.sandbox.owners import owner_token
 
 pytestmark = pytest.mark.integration
 

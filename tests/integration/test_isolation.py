@@ -27,8 +27,8 @@ from prefect_harbor.blocks import HarborBackend
 from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.sandbox import ImageBuildError, build_guard, images, prepare_task_image
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
-from prefect_harbor.sandbox.janitor import owner_token
 from prefect_harbor.sandbox.network import NETWORK_NAME, bridge_name, gateway_address
+from prefect_harbor.sandbox.owners import owner_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

@@ -20,7 +20,7 @@ from prefect_harbor.flows import evaluation_sweep
 from prefect_harbor.flows.reporting import RESULTS_LINK_KEY, ROWS_KEY
 from prefect_harbor.flows.reporting import SUMMARY_KEY as SUMMARY_ARTIFACT_KEY
 from prefect_harbor.sandbox.engine import LABEL_OWNER, podman_sync
-from prefect_harbor.sandbox.janitor import owner_token
+from prefect_harbor.sandbox.owners import owner_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
 

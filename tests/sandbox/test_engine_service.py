@@ -14,6 +14,7 @@ import pytest
 
 from prefect_harbor.sandbox import engine_service
 from prefect_harbor.sandbox.engine import EngineError
+from prefect_harbor.sandbox.owners import owner_alive, owner_token
 
 
 def test_a_service_that_cannot_start_fails_in_its_own_words(monkeypatch):
@@ -106,5 +107,26 @@ def test_a_temporary_folder_too_long_for_a_socket_path_still_gets_a_service(monk
     try:
         socket = service.socket()
         assert len(os.fsencode(str(socket))) <= 107
+    finally:
+        service.stop()
+
+
+def test_the_janitor_removes_the_folders_of_services_whose_owner_died_and_only_those(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"{engine_service.FOLDER_PREFIX}{2**22 + 12345}.1-abcd1234"  # no such pid
+    mine = tmp_path / f"{engine_service.FOLDER_PREFIX}{owner_token()}-efgh5678"
+    other = tmp_path / "prefect-harbor-something-else"
+    for folder in (dead, mine, other):
+        folder.mkdir()
+        (folder / "service.log").write_text("")
+    assert dead in engine_service.reap_orphaned_folders(owner_alive)
+    assert not dead.exists() and mine.exists() and other.exists()
+
+
+@pytest.mark.integration
+def test_a_service_folder_is_named_by_its_owner():
+    service = engine_service._Service()
+    try:
+        assert service.socket().parent.name.startswith(f"{engine_service.FOLDER_PREFIX}{owner_token()}-")
     finally:
         service.stop()

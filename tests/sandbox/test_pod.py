@@ -14,8 +14,9 @@ from harbor.models.task.config import NetworkMode
 from tasks_factory import API_COMPOSE, API_FILES, BASE_IMAGE, FETCH
 
 from prefect_harbor.sandbox.engine import LABEL_OWNER, LABEL_TRIAL, podman, podman_sync
-from prefect_harbor.sandbox.janitor import owner_token, reap_orphans
+from prefect_harbor.sandbox.janitor import reap_orphans
 from prefect_harbor.sandbox.network import gateway_address
+from prefect_harbor.sandbox.owners import owner_token
 from prefect_harbor.sandbox.pod import Pod, ServiceStartError
 
 pytestmark = pytest.mark.integration
