@@ -7,6 +7,7 @@ import pytest
 from harbor.models.task.config import EnvironmentConfig
 from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
 
+from prefect_harbor.sandbox import engine_service
 from prefect_harbor.sandbox.engine import podman
 
 #: Each test starts podman (builds, containers): the integration tier.
@@ -101,3 +102,18 @@ async def test_with_userns_auto_the_trials_root_is_not_the_hosts_root_and_user_t
 def test_userns_other_than_auto_is_refused_naming_the_option(make_environment):
     with pytest.raises(ValueError, match="userns: 'host' is not supported; give 'auto'"):
         make_environment(userns="host")
+
+
+async def test_the_engine_services_own_environment_reaches_no_exec(make_environment, monkeypatch):
+    """The service runs with the host's environment (as podman commands do); an exec gets the container's and the trial's only."""
+    service = engine_service._Service()
+    monkeypatch.setattr(engine_service, "_SERVICE", service)
+    monkeypatch.setenv("PREFECT_HARBOR_SERVICE_SECRET", "must-not-leak")  # in the service's environment from its start
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        seen = (await env.exec('echo "${PREFECT_HARBOR_SERVICE_SECRET:-unset}"; cat /proc/1/environ | tr "\\0" "\\n"')).stdout
+    finally:
+        await env.stop(delete=True)
+        service.stop()
+    assert "must-not-leak" not in seen and seen.startswith("unset"), seen
