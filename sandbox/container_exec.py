@@ -42,8 +42,7 @@ async def exec_in(
     killed (inside the container while ``running`` says it still runs).
 
     ``output`` gets the output as it comes; ``watch`` (main's) times the exec while it watches a verification."""
-    token = secrets.token_hex(8)
-    marker = f"{EXEC_MARKER}={token}"
+    marker = f"{EXEC_MARKER}={secrets.token_hex(8)}"
     session = {
         "Cmd": argv, "Env": [*(f"{key}={value}" for key, value in variables.items()), marker],
         "AttachStdout": True, "AttachStderr": True, "AttachStdin": False, "Tty": False,
@@ -107,9 +106,11 @@ async def _exit_code(exec_id: str) -> int:
         if inspected.status_code != 200:
             raise engine_error(inspected, f"reading the exit status of exec {exec_id}")
         state = inspected.json()
-        if not state.get("Running") or asyncio.get_running_loop().time() > deadline:
+        if not state.get("Running"):
             code = state.get("ExitCode")
             return code if isinstance(code, int) and code >= 0 else ENGINE_FAILED
+        if asyncio.get_running_loop().time() > deadline:
+            return ENGINE_FAILED  # its output ended but it runs on: no status to report, and not a success
         await asyncio.sleep(0.05)
 
 
