@@ -66,8 +66,8 @@ class ContainerRoot:
     async def of(cls, container: str) -> ContainerRoot | None:
         """The running container's view, or None when podman cannot say (it stopped).
 
-        Asked once per container while its init lives (a trial asks three to five times, at ~60 ms
-        of CPU per podman call): a view is kept only with its init's start time, and given again
+        Asked of the engine once per container while its init lives (a trial asks three to five
+        times): a view is kept only with its init's start time, and given again
         only while the process of that pid started then, so a pid reused after the container
         stopped is never taken for its init."""
         if (known := _VIEWS.get(container)) is not None and start_time(known.init_pid) == known.init_started:

@@ -83,26 +83,14 @@ def podman_argv(*args: str) -> list[str]:
     return [podman_path(), *args]
 
 
-async def start_podman(*args: str, stdin: Stdio, stdout: Stdio, stderr: Stdio, temp_dir: Path | None = None) -> EngineProcess:
-    """``podman ARGS`` started off the event loop (:mod:`.spawn`), for a call whose streams the caller reads or feeds.
-    ``temp_dir``: podman's own temporary files go there (its ``TMPDIR``), for the caller to remove."""
-    env = engine_env() | ({"TMPDIR": str(temp_dir)} if temp_dir is not None else {})
-    return await start_engine_process(podman_argv(*args), stdin=stdin, stdout=stdout, stderr=stderr, env=env)
+async def start_podman(*args: str, stdin: Stdio, stdout: Stdio, stderr: Stdio) -> EngineProcess:
+    """``podman ARGS`` started off the event loop (:mod:`.spawn`), for a call whose streams the caller reads or feeds."""
+    return await start_engine_process(podman_argv(*args), stdin=stdin, stdout=stdout, stderr=stderr, env=engine_env())
 
 
-@contextlib.contextmanager
-def podman_temp_dir() -> Iterator[Path]:
-    """A folder for podman's temporary files during one call (its ``temp_dir``), removed afterwards:
-    ``podman cp - CONTAINER:/`` (podman 4.3) keeps each archive it reads from stdin in its ``TMPDIR`` for good."""
-    with tempfile.TemporaryDirectory(prefix="prefect-harbor-cp-") as folder:
-        yield Path(folder)
-
-
-async def podman(*args: str, stdin: bytes | None = None, timeout: float | None = None, temp_dir: Path | None = None) -> Completed:
+async def podman(*args: str, stdin: bytes | None = None, timeout: float | None = None) -> Completed:
     """Run ``podman ARGS`` and collect its output; on timeout the call is killed and raises."""
-    process = await start_podman(
-        *args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, temp_dir=temp_dir
-    )
+    process = await start_podman(*args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout)
     except (TimeoutError, asyncio.CancelledError) as stopped:

@@ -73,7 +73,7 @@ class _Service:
     def socket(self) -> Path:
         """The socket of a running service (started, or started again, here)."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None or self._ready is None:
+            if self.running() is None:
                 self._start()
             assert self._ready is not None  # set by _start
             return self._ready

@@ -35,8 +35,9 @@ import tarfile
 from collections.abc import Awaitable, Callable
 
 from prefect_harbor.sandbox.compose import Healthcheck, Project, Service
-from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, EngineError, podman, podman_temp_dir
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, EngineError, podman
 from prefect_harbor.sandbox.limits import cgroupfs_manager, limit_cgroup
+from prefect_harbor.sandbox.transfer import put_archive
 from prefect_harbor.sandbox.workdir import start_creating_workdir
 
 _LOG_TAIL_LINES = "30"
@@ -97,9 +98,7 @@ class Pod:
         created = await podman("create", "--pod", self.name, "--name", name, "--no-hosts", *options, image, *command, timeout=STATE_CALL_TIMEOUT_SEC)
         container = created.check(f"creating container {name} from {image}").text
         hosts = hosts_file(self.service_names, container[:12], extra_hosts)  # the hostname is the short id, as under Docker
-        with podman_temp_dir() as scratch:
-            copied = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_hosts_archive(hosts), timeout=STATE_CALL_TIMEOUT_SEC, temp_dir=scratch)
-        copied.check(f"writing /etc/hosts of {name}")
+        await put_archive(container, _hosts_archive(hosts), f"writing /etc/hosts of {name}")
         started = await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)
         started = await start_creating_workdir(container, started) or started  # its --workdir is not in the image
         started.check(f"starting container {name} from {image}")

@@ -92,13 +92,21 @@ async def copy_in(container: str, source: Path, target: PurePosixPath) -> None:
     with tempfile.TemporaryFile() as archive:
         await asyncio.to_thread(pack, source, target, archive)
         archive.seek(0)
-        # Docker's endpoint, not libpod's: it keeps the archive's owners (libpod's gives every file the container's user).
-        done = await engine_call(
-            "PUT", f"/containers/{segment(container)}/archive", params={"path": "/"}, content=_chunks(archive),
-            headers={"Content-Type": "application/x-tar"}, timeout=STATE_CALL_TIMEOUT_SEC,
-        )  # fmt: skip
+        await put_archive(container, archive, f"copying {source} into the container at {target}")
+
+
+async def put_archive(container: str, archive: IO[bytes] | bytes, what: str) -> None:
+    """A tar stream extracted at ``/`` in ``container`` (running, or created and not started) by podman's
+    copier, owners as archived (``podman cp --archive=false - CONTAINER:/``); :class:`EngineError` naming
+    ``what`` when the engine refuses."""
+    # Docker's endpoint, not libpod's: it keeps the archive's owners (libpod's gives every file the container's user).
+    done = await engine_call(
+        "PUT", f"/containers/{segment(container)}/archive", params={"path": "/"},
+        content=archive if isinstance(archive, bytes) else _chunks(archive),
+        headers={"Content-Type": "application/x-tar"}, timeout=STATE_CALL_TIMEOUT_SEC,
+    )  # fmt: skip
     if done.status_code != 200:
-        raise RuntimeError(f"copying {source} into the container at {target} failed: {engine_error(done, 'podman cp')}")
+        raise engine_error(done, what)
 
 
 async def _chunks(archive: IO[bytes]) -> AsyncIterator[bytes]:

@@ -15,7 +15,8 @@ import re
 import tarfile
 from pathlib import PurePosixPath
 
-from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, podman, podman_temp_dir
+from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, Completed, podman
+from prefect_harbor.sandbox.transfer import put_archive
 
 _MISSING = re.compile(rb'workdir "(?P<path>[^"]+)" does not exist on container')
 
@@ -29,14 +30,12 @@ def missing_workdir(failed: Completed) -> str | None:
 
 async def start_creating_workdir(container: str, failed: Completed) -> Completed | None:
     """If ``failed`` is podman refusing to start ``container`` in a folder its image lacks, create the
-    folder and start it again: that start's result. None when ``failed`` failed for another reason."""
+    folder and start it again: that start's result. None when ``failed`` failed for another reason;
+    :class:`EngineError` when the folder cannot be made."""
     workdir = missing_workdir(failed)
     if workdir is None:
         return None
-    with podman_temp_dir() as scratch:
-        created = await podman("cp", "--archive=false", "-", f"{container}:/", stdin=_folders_archive(workdir), timeout=STATE_CALL_TIMEOUT_SEC, temp_dir=scratch)
-    if created.returncode != 0:
-        return created
+    await put_archive(container, _folders_archive(workdir), f"making the working folder {workdir} in {container}")
     return await podman("start", container, timeout=STATE_CALL_TIMEOUT_SEC)
 
 
