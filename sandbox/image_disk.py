@@ -10,8 +10,10 @@ Two stores grow with every new task environment:
   running build: a check that finds one running waits for the next.
 * **task images** in the host's storage (:data:`.images.IMAGE_REPOSITORY`). Each sweep marks the
   images it uses; ``prefect-harbor images prune`` removes those no sweep has used for a number
-  of days (an image a container still uses stays). A removed image is built again when a sweep
-  needs it.
+  of days (an image a container still uses stays). The stand-ins this project ships for bases it
+  cannot pull are judged on their own number of days: they are costly to make again (a CPython
+  compiled from source) and shared by every task built on them. A removed image is built again
+  when a sweep needs it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ CACHE_CAP_VARIABLE = "PREFECT_HARBOR_BUILDER_CACHE_GB"
 DEFAULT_CACHE_GB = 20.0
 #: The builder home's folders that are cache: everything in them can be made again.
 CACHE_PARTS = ("storage", "tmp", "bases")
+#: The label a task image carries naming its task; a shipped stand-in's reads ``stand-in for <base>``.
+TASK_LABEL = "io.prefect-harbor.task"
+STAND_IN_PREFIX = "stand-in for "
 _CHECK_EVERY_SEC = 600.0
 _LOCK_NAME = "cache.lock"
 _last_check: float | None = None
@@ -165,20 +170,25 @@ class ImagePrune:
         return text + (f", {len(self.in_use)} still used by a container" if self.in_use else "")
 
 
-def prune_task_images(home: Path, repository: str, unused_days: float, *, now: float | None = None) -> ImagePrune:
-    """Remove the images of ``repository`` that no sweep has used (nor been built) in ``unused_days``."""
+def prune_task_images(
+    home: Path, repository: str, unused_days: float, *, stand_in_unused_days: float | None = None, now: float | None = None
+) -> ImagePrune:  # fmt: skip
+    """Remove the images of ``repository`` that no sweep has used (nor been built) in ``unused_days``;
+    shipped stand-ins in ``stand_in_unused_days`` (``unused_days`` when not given)."""
     listed = podman_sync("images", "--filter", f"reference={repository}", "--format", "json", timeout=300)
     listed.check("listing task images")
     marks, now = use_marks(home), time.time() if now is None else now
     stale: list[str] = []
     kept = 0
     for image in json.loads(listed.text or "[]"):
+        stand_in = str((image.get("Labels") or {}).get(TASK_LABEL, "")).startswith(STAND_IN_PREFIX)
+        days = stand_in_unused_days if stand_in and stand_in_unused_days is not None else unused_days
         for name in image.get("Names") or []:
             if not name.startswith(f"{repository}:"):
                 continue
             mark = marks / name.rsplit(":", 1)[-1]
             last = max(float(image.get("Created") or 0), mark.stat().st_mtime if mark.exists() else 0.0)
-            if now - last > unused_days * 86400:
+            if now - last > days * 86400:
                 stale.append(name)
             else:
                 kept += 1

@@ -61,7 +61,7 @@ from prefect_harbor.sandbox.dockerfile import (
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC, EngineError, podman
 from prefect_harbor.sandbox.engine_service import engine_call, segment
 from prefect_harbor.sandbox.file_locks import polled_flock
-from prefect_harbor.sandbox.image_disk import mark_used
+from prefect_harbor.sandbox.image_disk import STAND_IN_PREFIX, TASK_LABEL, mark_used
 from prefect_harbor.sandbox.interpolation import PASSTHROUGH_OPTION, ComposeVariables
 from prefect_harbor.sandbox.limits import DEFAULT_PIDS_LIMIT
 from prefect_harbor.sandbox.private import private_folder
@@ -266,7 +266,7 @@ class ImageResolver:
             folder, what = await asyncio.to_thread(stand_in.make, self.settings.log_dir.parent / "stand-ins")
         assert folder is not None
         built = await self.ensure_built(
-            folder, f"stand-in for {reference}", timeout_sec=1800, build_args=stand_in.build_args, build=self.settings.make_bases, warn=warn
+            folder, f"{STAND_IN_PREFIX}{reference}", timeout_sec=1800, build_args=stand_in.build_args, build=self.settings.make_bases, warn=warn
         )
         if not self.settings.make_bases and not await _exists(built):
             raise BaseNotMadeError(f"base image {reference!r} is not in local storage: a sweep builds its shipped stand-in ({what}) on first use.")
@@ -411,7 +411,7 @@ class ImageResolver:
                 contexts[_CA_STAGE] = ca_dir
             job = BuildJob(
                 context, text_out, tag, bases={resolved: await self.image_id(resolved) for resolved in set(bases.values())},
-                contexts=contexts, labels={"io.prefect-harbor.recipe": RECIPE_VERSION, "io.prefect-harbor.task": name},
+                contexts=contexts, labels={"io.prefect-harbor.recipe": RECIPE_VERSION, TASK_LABEL: name},
                 build_args=await asyncio.to_thread(container_proxy_variables),
             )  # fmt: skip
             try:

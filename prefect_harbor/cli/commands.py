@@ -504,6 +504,9 @@ def images_builder(
 @images.command("prune")
 def images_prune(
     unused_days: Annotated[float, typer.Option(min=0, help="Remove task images no sweep has used for this many days.")] = 14,
+    stand_in_unused_days: Annotated[
+        float, typer.Option(min=0, help="Remove the stand-ins shipped for unpullable bases (slow to make again) after this many unused days.")
+    ] = 14,
 ) -> None:
     """Free disk: task images no sweep used lately, and the builder's cache when over its cap (PREFECT_HARBOR_BUILDER_CACHE_GB)."""
     from prefect_harbor.sandbox.builder import builder_home
@@ -513,7 +516,7 @@ def images_prune(
     home = builder_home()
     try:
         cap = cache_cap_bytes()  # a bad setting fails before anything is removed
-        pruned = prune_task_images(home, IMAGE_REPOSITORY, unused_days)
+        pruned = prune_task_images(home, IMAGE_REPOSITORY, unused_days, stand_in_unused_days=stand_in_unused_days)
         checked = check_cache(home, cap)
     except (ValueError, RuntimeError) as error:
         raise fail(str(error)) from None

@@ -171,6 +171,7 @@ def test_buildpack_deps_is_stood_in_by_an_image_with_its_build_tools_not_by_bare
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the build's own deadline: on a cold machine CPython 3.13 compiles from source (~4 CPU-minutes)
 @pytest.mark.parametrize(
     "base, check, said",
     [
