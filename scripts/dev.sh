@@ -73,6 +73,9 @@ setup() {
     # machine's image) Python would otherwise compile each imported module again in every
     # process: 3 s more per CLI start, minutes over the test suite's subprocesses.
     UV_PYTHON_DOWNLOADS=never "${UV[@]}" sync --locked --python "$PYTHON" --quiet --compile-bytecode
+    # The project's own modules too: an editable install, which --compile-bytecode leaves out
+    # (~0.15 s of CPU saved in each of the suite's hundreds of processes).
+    .venv/bin/python -m compileall -q -j 0 prefect_harbor sandbox flows tasks blocks deployments >/dev/null
     # The examples' and tests' FROM lines; where a registry is reachable podman pulls the
     # real images instead. Kept in podman's storage: later runs find them (~45 s the first time).
     say "Base images (prefect-harbor images bootstrap)"
