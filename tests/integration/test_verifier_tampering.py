@@ -81,10 +81,16 @@ def flagged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return sweep(tmp_path, [*shared, "server-left-running", "honest", *(f"installs-{name}" for name in PACKAGE_INSTALLS), *separate])
 
 
+#: Forgeries that race the reward's read (a loop polling every 0.1 s): on a busy machine the read may
+#: come first and see test.sh's 0. The change is flagged either way; the reward is then 0 or 1.
+RACING = {"rewrite-reward"}
+
+
 @pytest.mark.parametrize("forgery", [*FORGERIES, *LOADED_FORGERIES])
 def test_each_forgery_of_a_shared_verifier_is_flagged_and_the_row_says_so(flagged, forgery):
     row = flagged[f"shared-{forgery}"]
-    assert (row["status"], row["reward"]) == ("success", 1.0), row["err_message"]  # the forgery works: only the evidence tells
+    forged = {1.0, 0.0} if forgery in RACING else {1.0}
+    assert row["status"] == "success" and row["reward"] in forged, row["err_message"]  # the forgery works: only the evidence tells
     assert FOUND[forgery] & set(row["verifier_tampering"]), row["verifier_tampering"]
 
 
