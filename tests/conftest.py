@@ -198,12 +198,11 @@ def served(ui_server: str, serve_process, tmp_path) -> Iterator[dict]:
     paused (``serve_process.nightly_resumed()`` lets it fire). Runs a test left under way are
     stopped after it, as a per-test serve would have.
     """
-    import httpx
-    from deployment_helpers import api_env
+    from deployment_helpers import HTTP, api_env
 
     serve_process.ensure_running()
     yield api_env(ui_server, tmp_path)
     for flow, name in (("evaluation-sweep", "sweep"), ("prewarm", "prewarm")):
-        deployment = httpx.get(f"{ui_server}/api/deployments/name/{flow}/{name}", timeout=30)
+        deployment = HTTP.get(f"{ui_server}/api/deployments/name/{flow}/{name}", timeout=30)
         if deployment.status_code == 200:
             serve_process.stop_runs(deployment.json()["id"])

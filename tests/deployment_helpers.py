@@ -15,6 +15,9 @@ from tiers import refuse_in_the_unit_tier
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
+#: One HTTP client for a test process's calls to its servers: ``httpx.get`` makes a client (and
+#: loads the CA bundle) per call, which the suite's polling loops paid twice a second.
+HTTP = httpx.Client(timeout=30)
 
 
 @contextmanager
@@ -82,12 +85,16 @@ def basic_auth(env: dict) -> tuple[str, str] | None:
 def api(method: str, url: str, **kwargs) -> httpx.Response:
     """One Prefect API call, retried on 503/429 as Prefect's own client does (SQLite answers 503 while locked)."""
     for delay in (0.5, 1, 2, 4, 8):
-        response = httpx.request(method, url, timeout=30, **kwargs)
+        response = HTTP.request(method, url, **kwargs)
         if response.status_code not in (429, 503):
             return response
         time.sleep(delay)
-    return httpx.request(method, url, timeout=30, **kwargs)
+    return HTTP.request(method, url, **kwargs)
 
+
+def log_messages(base: str, flow_run_id: str) -> list[str]:
+    """The messages the server holds for a flow run's logs, oldest first."""
+    return [log["message"] for log in api("post", f"{base}/api/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC"}).json()]
 
 
 def wait_until(predicate, timeout: float, what: str, explain=None):
@@ -140,7 +147,7 @@ def process_worker(env: dict, log_dir: Path) -> Iterator[dict]:
 def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "evaluation-sweep", auth: tuple[str, str] | None = None) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = httpx.get(f"{base}/api/deployments/name/{flow}/{name}", auth=auth)
+        response = HTTP.get(f"{base}/api/deployments/name/{flow}/{name}", auth=auth)
         if response.status_code == 200:
             return response.json()
         time.sleep(0.5)
@@ -150,7 +157,7 @@ def wait_for_deployment(base: str, name: str, timeout: float = 90, flow: str = "
 def create_flow_run(base: str, deployment_id: str, parameters: dict) -> httpx.Response:
     """POST a run of the deployment, retrying 503s as Prefect's own client does (SQLite is busy under load)."""
     for _ in range(30):
-        response = httpx.post(f"{base}/api/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}, timeout=30)
+        response = HTTP.post(f"{base}/api/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters})
         if response.status_code != 503:
             break
         time.sleep(1)
@@ -221,11 +228,11 @@ class SharedServe:
         while live := [r for r in runs_of(self.base, deployment_id) if r["state_type"] not in TERMINAL]:
             for run in live:
                 if run["state_type"] == "SCHEDULED":
-                    httpx.delete(f"{self.base}/api/flow_runs/{run['id']}", timeout=30)
+                    HTTP.delete(f"{self.base}/api/flow_runs/{run['id']}", timeout=30)
                 elif run["state_type"] != "CANCELLING" or time.monotonic() - start > 30:
                     # CANCELLING for 30 s: no runner holds it (picked up, never started); end it here.
                     state = "CANCELLING" if run["state_type"] != "CANCELLING" else "CANCELLED"
-                    httpx.post(f"{self.base}/api/flow_runs/{run['id']}/set_state", json={"state": {"type": state}, "force": True}, timeout=30)
+                    HTTP.post(f"{self.base}/api/flow_runs/{run['id']}/set_state", json={"state": {"type": state}, "force": True}, timeout=30)
             assert time.monotonic() < deadline, f"runs of {deployment_id} still under way: {[(r['name'], r['state_type']) for r in live]}"
             time.sleep(1)
 
@@ -241,9 +248,9 @@ class SharedServe:
             self.pause_nightly(nightly)
 
     def delete_nightly(self) -> None:
-        nightly = httpx.get(f"{self.base}/api/deployments/name/evaluation-sweep/nightly", timeout=30)
+        nightly = HTTP.get(f"{self.base}/api/deployments/name/evaluation-sweep/nightly", timeout=30)
         if nightly.status_code == 200:
-            httpx.delete(f"{self.base}/api/deployments/{nightly.json()['id']}", timeout=30)
+            HTTP.delete(f"{self.base}/api/deployments/{nightly.json()['id']}", timeout=30)
 
     def stop(self) -> None:
         if self.process is None:

@@ -8,10 +8,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
-from deployment_helpers import BIN, SharedServe, api_env, basic_auth, prefect_server, process_worker, save_backend
+from deployment_helpers import BIN, HTTP, SharedServe, api_env, basic_auth, prefect_server, process_worker, save_backend
 from paths import EXAMPLE_TASKS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,10 +38,10 @@ def run_deployment(env: dict, dataset: str, results: Path, log: Path) -> None:
 @pytest.mark.timeout(600)
 def test_cli_serve_and_a_worker_work_with_the_servers_auth_string(tmp_path):
     with prefect_server(tmp_path / "server", {"PREFECT_SERVER_API_AUTH_STRING": AUTH_STRING}) as base:
-        assert httpx.post(f"{base}/api/block_documents/filter", json={}).status_code == 401
-        assert httpx.post(f"{base}/api/block_documents/filter", json={}, auth=("harbor", "wrong")).status_code == 401
+        assert HTTP.post(f"{base}/api/block_documents/filter", json={}).status_code == 401
+        assert HTTP.post(f"{base}/api/block_documents/filter", json={}, auth=("harbor", "wrong")).status_code == 401
         env = api_env(base, tmp_path, PREFECT_API_AUTH_STRING=AUTH_STRING)
-        assert httpx.post(f"{base}/api/block_documents/filter", json={}, auth=basic_auth(env)).status_code == 200
+        assert HTTP.post(f"{base}/api/block_documents/filter", json={}, auth=basic_auth(env)).status_code == 200
 
         registered = subprocess.run([str(BIN / "prefect"), "block", "register", "-m", "prefect_harbor.blocks"], env=env, capture_output=True, text=True)
         assert registered.returncode == 0, registered.stdout + registered.stderr

@@ -6,10 +6,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
-from deployment_helpers import BIN, api, api_env, create_flow_run, process_worker, save_backend, wait_for_deployment
+from deployment_helpers import BIN, HTTP, api, api_env, create_flow_run, process_worker, save_backend, wait_for_deployment
 from paths import EXAMPLE_DATASET, EXAMPLE_TASKS, EXPECTED_ORACLE_REWARDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -21,7 +20,7 @@ def wait_for_terminal_runs(base: str, deployment_id: str, count: int, results: s
     """Finished runs of the deployment that wrote to ``results``, but those in ``ignore`` (earlier runs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        runs = httpx.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
+        runs = HTTP.post(f"{base}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
         runs = [r for r in runs if r["parameters"].get("results") == results and r["id"] not in ignore]
         done = [r for r in runs if r["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")]
         if len(done) >= count:
@@ -62,7 +61,7 @@ def test_a_flood_of_deployment_runs_queues_behind_the_concurrency_limit(ui_serve
         assert response.status_code == 201, response.text
     most_running, deadline = 0, time.monotonic() + 420
     while time.monotonic() < deadline:
-        runs = httpx.post(f"{ui_server}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment["id"]]}}}).json()
+        runs = HTTP.post(f"{ui_server}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment["id"]]}}}).json()
         runs = [r for r in runs if r["parameters"].get("results") == results]
         most_running = max(most_running, sum(r["state_type"] == "RUNNING" for r in runs))
         if len(runs) == FLOOD and all(r["state_type"] == "COMPLETED" for r in runs):
@@ -121,7 +120,7 @@ def test_a_deployment_sweep_says_what_changed_since_the_deployments_previous_swe
     assert baseline["flow_run_name"], "the manifest keeps the flow run's name"
     phrase = f"1 task lower than run '{baseline['flow_run_name']}' ({baseline['run_id']}) of {baseline['started_at'][:10]}: flips −1 (p=1, could be chance)"
     flow_run_id = json.loads((second / "manifest.json").read_text())["flow_run_id"]
-    assert phrase in httpx.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state"]["message"]
+    assert phrase in HTTP.get(f"{ui_server}/api/flow_runs/{flow_run_id}").json()["state"]["message"]
     artifacts = api("post", f"{ui_server}/api/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "key": {"any_": ["evaluation-sweep-report"]}}}).json()
     assert artifacts and "Compared with this deployment's previous sweep" in artifacts[0]["data"] and phrase in artifacts[0]["data"]
 
@@ -156,7 +155,7 @@ def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sand
         assert time.monotonic() - requested < sandbox_deadline, "sandboxes survived the cancellation"
         time.sleep(0.1)
     gone_after = time.monotonic() - requested
-    while (state := httpx.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state_type"]) != "CANCELLED":
+    while (state := HTTP.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state_type"]) != "CANCELLED":
         assert time.monotonic() - requested < 90, state
         time.sleep(0.5)
     cancelled_after = time.monotonic() - requested
@@ -164,7 +163,7 @@ def cancel_a_running_sweep(base: str, env: dict, tmp_path: Path, name: str, sand
     assert pq.read_table(results).column("status").to_pylist() == ["cancelled"] * 5
     final = wait_for_the_headline(base, flow_run_id)
     assert (final["type"], final["name"]) == ("CANCELLED", "0/5 rewarded, 5 cancelled")
-    logs = httpx.post(f"{base}/api/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run_id]}, "timestamp": {"after_": final["timestamp"]}}}).json()
+    logs = HTTP.post(f"{base}/api/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run_id]}, "timestamp": {"after_": final["timestamp"]}}}).json()
     assert not [log["message"] for log in logs if "Downloading flow code" in log["message"]]
     return gone_after, cancelled_after
 
@@ -173,14 +172,14 @@ def wait_for_the_headline(base: str, flow_run_id: str, timeout: float = 120) -> 
     """The run's final state once its runner's own Cancelled state came and the sweep's headline is back (and stayed)."""
     deadline = time.monotonic() + timeout
     while True:
-        states = sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}).json(), key=lambda s: s["timestamp"])
+        states = sorted(HTTP.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}).json(), key=lambda s: s["timestamp"])
         runners = any(s["message"] == "Flow run was cancelled successfully." for s in states)
         if runners and (states[-1]["message"] or "").startswith("Sweep cancelled ("):
             break
         assert time.monotonic() < deadline, [(s["type"], s["name"], (s["message"] or "")[:80]) for s in states]
         time.sleep(0.5)
     time.sleep(3)
-    after = httpx.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state"]
+    after = HTTP.get(f"{base}/api/flow_runs/{flow_run_id}").json()["state"]
     assert after["id"] == states[-1]["id"], f"the headline did not stay: {after['message']}"
     return after
 

@@ -16,11 +16,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 import s3fs
-from deployment_helpers import BIN, REPO, api_env, prefect_server, terminate, wait_until
+from deployment_helpers import BIN, HTTP, REPO, api_env, prefect_server, terminate, wait_until
 from tasks_factory import write_task
 
 from prefect_harbor.sandbox.engine import podman_sync
@@ -65,7 +64,7 @@ class TwoHosts:
 
     def online(self) -> set[str]:
         """The workers the server counts online on the pool (what ``shards="auto"`` counts)."""
-        workers = httpx.post(f"{self.base}/api/work_pools/harbor-process/workers/filter", json={}, timeout=30).json()
+        workers = HTTP.post(f"{self.base}/api/work_pools/harbor-process/workers/filter", json={}, timeout=30).json()
         return {worker["name"] for worker in workers if worker["status"] == "ONLINE"}
 
     def log(self, name: str) -> str:
@@ -86,7 +85,7 @@ class TwoHosts:
             return pq.read_table(handle).to_pylist()
 
     def flow_runs(self, flow: str) -> list[dict]:
-        every = httpx.post(f"{self.base}/api/flow_runs/filter", json={"flows": {"name": {"any_": [flow]}}}, timeout=30).json()
+        every = HTTP.post(f"{self.base}/api/flow_runs/filter", json={"flows": {"name": {"any_": [flow]}}}, timeout=30).json()
         return sorted(every, key=lambda run: run["created"])
 
 
@@ -168,7 +167,7 @@ def test_one_sweep_runs_on_both_hosts_into_one_results_table(hosts, tmp_path):
     assert [run["state_type"] for run in shards] == ["COMPLETED", "COMPLETED"]
     parent = hosts.flow_runs("evaluation-sweep")[-1]
     assert all(run["parent_task_run_id"] for run in shards) and parent["state_type"] == "COMPLETED"  # shards are subflows of the sweep
-    progress = httpx.get(f"{hosts.base}/api/artifacts/evaluation-sweep-progress/latest", timeout=30).json()
+    progress = HTTP.get(f"{hosts.base}/api/artifacts/evaluation-sweep-progress/latest", timeout=30).json()
     assert (progress["flow_run_id"], progress["data"]) == (parent["id"], 100.0)  # the sweep's, for the whole run: shards keep their own keys
     assert not containers_of("mh-"), containers_of("mh-")
 
@@ -192,7 +191,7 @@ def test_cancelling_the_sweep_stops_the_rows_on_every_host_and_resume_runs_only_
     assert containers_of("mhc-3") and containers_of("mhc-4"), "the rest still run"
     parent = hosts.flow_runs("evaluation-sweep")[-1]
     asked = time.monotonic()
-    httpx.post(f"{hosts.base}/api/flow_runs/{parent['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
+    HTTP.post(f"{hosts.base}/api/flow_runs/{parent['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
     wait_until(lambda: not containers_of("mhc-"), 180, "every row's container gone")
     stopped = time.monotonic() - asked
     summary = finished(sweep, hosts, "cancel", 120)

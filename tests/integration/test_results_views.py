@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from deployment_helpers import HTTP
 from paths import EXAMPLE_TASKS, REPO
 from pydantic import SecretStr
 from tasks_factory import write_task
@@ -111,7 +112,7 @@ def viewer(runs) -> str:
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
+                if HTTP.get(f"{base}/api/health", timeout=2).status_code == 200:
                     break
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.2)
@@ -122,7 +123,7 @@ def viewer(runs) -> str:
 
 
 def test_harbor_view_shows_each_sweep_as_a_job_with_its_trials_rewards_and_tokens(runs, viewer):
-    jobs = {job["name"]: job for job in httpx.get(f"{viewer}/api/jobs", timeout=30).json()["items"]}
+    jobs = {job["name"]: job for job in HTTP.get(f"{viewer}/api/jobs", timeout=30).json()["items"]}
     assert set(jobs) == {runs.a.name, runs.b.name, runs.c.name}
     a, c = jobs[runs.a.name], jobs[runs.c.name]
     assert (a["n_total_trials"], a["n_completed_trials"], a["n_errored_trials"], a["agents"]) == (6, 6, 0, ["oracle"])
@@ -131,22 +132,22 @@ def test_harbor_view_shows_each_sweep_as_a_job_with_its_trials_rewards_and_token
     assert (c["agents"], c["models"], c["n_total_trials"]) == (["terminus-2"], ["scripted"], 1)
     assert c["total_input_tokens"] is not None and c["total_output_tokens"] > 0
 
-    trials = httpx.get(f"{viewer}/api/jobs/{runs.a.name}/trials", timeout=30).json()
+    trials = HTTP.get(f"{viewer}/api/jobs/{runs.a.name}/trials", timeout=30).json()
     assert trials["total"] == 6
     assert sorted((t["name"].split("__")[0], t["reward"]) for t in trials["items"]) == [
         ("f1", 1.0), ("f1.a2", 1.0), ("f2", 1.0), ("f2.a2", 1.0), ("s1", 1.0), ("s1.a2", 1.0),
     ]  # fmt: skip
     assert {t["agent_name"] for t in trials["items"]} == {"oracle"}
-    (trial,) = httpx.get(f"{viewer}/api/jobs/{runs.c.name}/trials", timeout=30).json()["items"]
+    (trial,) = HTTP.get(f"{viewer}/api/jobs/{runs.c.name}/trials", timeout=30).json()["items"]
     assert trial["reward"] == 1.0 and trial["model_name"] == "scripted" and trial["output_tokens"] > 0 and trial["input_tokens"] is not None
     # A trial's own pages read the archive: the verifier's output, as the viewer shows it.
-    output = httpx.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{trials['items'][0]['name']}/verifier-output", timeout=30).json()
+    output = HTTP.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{trials['items'][0]['name']}/verifier-output", timeout=30).json()
     assert output["stdout"] is not None or output["reward"] is not None
     # The trial's page points at its archive (the successful trial's local folder is gone), and the job is named as the Prefect run.
     name = trials["items"][0]["name"]
-    assert httpx.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{name}", timeout=30).json()["trial_uri"] == (runs.a / name).as_uri()
+    assert HTTP.get(f"{viewer}/api/jobs/{runs.a.name}/trials/{name}", timeout=30).json()["trial_uri"] == (runs.a / name).as_uri()
     manifest = json.loads((runs.a / "manifest.json").read_text())
-    assert httpx.get(f"{viewer}/api/jobs/{runs.a.name}/config", timeout=30).json()["job_name"] == manifest["flow_run_name"]
+    assert HTTP.get(f"{viewer}/api/jobs/{runs.a.name}/config", timeout=30).json()["job_name"] == manifest["flow_run_name"]
 
 
 def test_a_run_from_before_attempts_still_compares(runs, tmp_path):

@@ -2,9 +2,8 @@
 
 import time
 
-import httpx
 import pytest
-from deployment_helpers import create_flow_run, wait_for_deployment, wait_until
+from deployment_helpers import HTTP, create_flow_run, wait_for_deployment, wait_until
 from paths import EXAMPLE_DATASET
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
@@ -41,7 +40,7 @@ def test_the_run_form_starts_a_sweep_whose_page_shows_rows_and_artifacts(ui_serv
     page.screenshot(path=screenshots / "deployment-run-form.png", full_page=True)
 
     def the_run() -> dict | None:
-        runs = httpx.post(f"{ui_server}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment["id"]]}}}, timeout=30).json()
+        runs = HTTP.post(f"{ui_server}/api/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment["id"]]}}}, timeout=30).json()
         (run,) = [r for r in runs if r["parameters"].get("results") == results] or [None]
         return run
 
@@ -78,7 +77,7 @@ RUNNERS_MESSAGE = "Flow run was cancelled successfully."
 
 
 def states_of(base: str, flow_run_id: str) -> list[dict]:
-    return sorted(httpx.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30).json(), key=lambda s: s["timestamp"])
+    return sorted(HTTP.get(f"{base}/api/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30).json(), key=lambda s: s["timestamp"])
 
 
 @pytest.mark.timeout(600)  # the deadlines below fire first, with what the run was doing
@@ -98,7 +97,7 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
     run = created.json()
 
     def where_it_is() -> str:
-        state = httpx.get(f"{ui_server}/api/flow_runs/{run['id']}", timeout=30).json().get("state") or {}
+        state = HTTP.get(f"{ui_server}/api/flow_runs/{run['id']}", timeout=30).json().get("state") or {}
         statuses = [s.read_text()[:400] for s in (tmp_path / "results").glob("*/status.json")]
         return f"flow run: {state.get('type')} {state.get('name')} {state.get('message')!r}; status.json: {statuses}\n{serve_process.log_tail()}"
 

@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
-from deployment_helpers import api_env, wait_until
+from deployment_helpers import HTTP, api_env, log_messages, wait_until
 from tasks_factory import write_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -56,11 +55,11 @@ def only_slow_row_running(results: Path) -> Path | None:
 def artifacts_of(base: str, flow_run_id: str, key: str) -> list[dict]:
     """The flow run's versions of the artifact ``key``, newest first."""
     query = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}, "key": {"any_": [key]}}, "sort": "CREATED_DESC"}
-    return httpx.post(f"{base}/api/artifacts/filter", json=query).json()
+    return HTTP.post(f"{base}/api/artifacts/filter", json=query).json()
 
 
 def sweep_of(base: str, dataset: Path) -> dict:
-    (flow_run,) = [run for run in httpx.post(f"{base}/api/flow_runs/filter", json={}).json() if run["parameters"].get("dataset") == str(dataset)]
+    (flow_run,) = [run for run in HTTP.post(f"{base}/api/flow_runs/filter", json={}).json() if run["parameters"].get("dataset") == str(dataset)]
     return flow_run
 
 
@@ -95,11 +94,11 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
     headline = flow_run["state"]["message"]
     assert (flow_run["state_type"], flow_run["state"]["name"]) == ("COMPLETED", COUNTS)
     assert headline.startswith("4 rows: 2 success, 1 failure, 1 cancelled; mean reward 0.5"), headline
-    task_runs = httpx.post(f"{ui_server}/api/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run["id"]]}}}).json()
+    task_runs = HTTP.post(f"{ui_server}/api/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run["id"]]}}}).json()
     task_runs = {run["name"].removeprefix("row "): run for run in task_runs if run["name"].startswith("row ")}
     assert {row: (run["state"]["type"], run["state"]["name"]) for row, run in task_runs.items()} == {row: tuple(rest) for row, (_, *rest) in EXPECTED.items()}
 
-    logs = [log["message"] for log in httpx.post(f"{ui_server}/api/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run["id"]]}}}).json()]
+    logs = log_messages(ui_server, flow_run["id"])
     assert not [m for m in logs if m.startswith("Task run failed with state") or "NoneType: None" in m], "a returned Failed state is logged twice"
 
     # 1. The run list shows the sweep's counts; the task-run list, each row's outcome in its badge.
