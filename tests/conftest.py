@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,15 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 #: under pytest-xdist they run in one process, in order (see ``SuiteScheduling``).
 UI_SERVER_TESTS = ("tests/ui/", "tests/integration/test_deployments.py")
 
+#: What the UI-server group started (its server, its serve): closed after the group's last test in
+#: its process, not at the session's end. An idle `prefect server start` costs ~7 s of CPU a
+#: minute, which every test after the group would otherwise pay.
+UI_GROUP = contextlib.ExitStack()
+
+
+def in_ui_group(item: pytest.Item | None) -> bool:
+    return item is not None and item.nodeid.startswith(UI_SERVER_TESTS)
+
 
 #: Folders whose every test is in the integration tier (or the slow one, if marked so).
 INTEGRATION_FOLDERS = ("tests/integration/", "tests/ui/")
@@ -32,10 +42,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:  # the folder names the tier: real trials, servers and browsers are never unit tests
         if item.nodeid.startswith(INTEGRATION_FOLDERS) and not any(item.iter_markers("slow")):
             item.add_marker(pytest.mark.integration)
-    stray = [item.nodeid for item in items if "ui_server" in item.fixturenames and not item.nodeid.startswith(UI_SERVER_TESTS)]
+    stray = [item.nodeid for item in items if "ui_server" in item.fixturenames and not in_ui_group(item)]
     if stray:
         raise pytest.UsageError(f"tests on the shared ui_server must live under {UI_SERVER_TESTS} (conftest.py): {stray}")
-    on_server = [item for item in items if item.nodeid.startswith(UI_SERVER_TESTS)]
+    on_server = [item for item in items if in_ui_group(item)]
     on_worker = [item for item in on_server if "worker" in item.fixturenames]
     items[:] = [item for item in on_server if item not in on_worker] + on_worker + [item for item in items if item not in on_server]
 
@@ -53,6 +63,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False  # keep the collection's order: the UI-server group first
     return SuiteScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the UI-server group's last test in this process, stop its server and serve (:data:`UI_GROUP`)."""
+    try:
+        return (yield)
+    finally:
+        if in_ui_group(item) and not in_ui_group(nextitem):
+            UI_GROUP.close()
 
 
 @pytest.fixture(scope="session")
@@ -138,14 +158,13 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real `prefect server start` (API and UI) on a free port, with its own SQLite home: its base URL."""
     from deployment_helpers import prefect_server
 
     # With the server's log stream on, as the README suggests, `prefect deployment run --watch` prints the run's log lines too.
     streams_logs = {"PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true"}
-    with prefect_server(tmp_path_factory.mktemp("prefect-ui-home"), env=streams_logs) as base:
-        yield base
+    return UI_GROUP.enter_context(prefect_server(tmp_path_factory.mktemp("prefect-ui-home"), env=streams_logs))
 
 
 @pytest.fixture(scope="module")
@@ -181,13 +200,13 @@ def screenshots() -> Path:
 
 
 @pytest.fixture(scope="session")
-def serve_process(ui_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def serve_process(ui_server: str, tmp_path_factory: pytest.TempPathFactory) -> object:
     """The session's one `prefect-harbor serve` (deployment_helpers.SharedServe), started by `served` when first needed."""
     from deployment_helpers import SharedServe
 
     shared = SharedServe(ui_server, tmp_path_factory.mktemp("serve"))
-    yield shared
-    shared.stop()
+    UI_GROUP.callback(shared.stop)  # before the server it talks to (callbacks run last-in first-out)
+    return shared
 
 
 @pytest.fixture
