@@ -16,8 +16,9 @@ from tiers import refuse_in_the_unit_tier
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 #: One HTTP client for a test process's calls to its servers: ``httpx.get`` makes a client (and
-#: loads the CA bundle) per call, which the suite's polling loops paid twice a second.
-HTTP = httpx.Client(timeout=30)
+#: loads the CA bundle) per call, which the suite's polling loops paid twice a second. Idle
+#: connections are dropped after 2 s, well before uvicorn's 5 s: never reused as the server closes them.
+HTTP = httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=2.0))
 
 
 @contextmanager

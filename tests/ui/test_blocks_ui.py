@@ -7,10 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from deployment_helpers import HTTP
 from paths import EXAMPLE_TASKS
+from ui_pages import show
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -23,24 +23,8 @@ def registered(ui_server):
 
 
 def open_form(page, base: str, slug: str, screenshots: Path) -> None:
-    """The block type's create form, rendered. A page that has not drawn its form in 45 s (seen in
-    CI with the other test process building images: an API call the page made early failed) is
-    loaded again once; still blank, the failure says what the page and the server showed."""
-    url = f"{base}/blocks/catalog/{slug}/create"
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    for attempt in (1, 2):
-        page.goto(url, wait_until="networkidle", timeout=60_000)
-        try:
-            page.get_by_text("Block Name").first.wait_for(timeout=45_000)
-            return
-        except PlaywrightTimeout:
-            page.screenshot(path=screenshots / f"block-form-{slug}-blank-{attempt}.png", full_page=True)
-    try:
-        health = HTTP.get(f"{base}/api/health", timeout=10).status_code
-    except httpx.HTTPError as error:
-        health = repr(error)
-    raise AssertionError(f"{url} drew no form in two loads; the server's health: {health}; the page said: {page.inner_text('body')[-1500:]!r}")
+    """The block type's create form, rendered."""
+    show(page, f"{base}/blocks/catalog/{slug}/create", "Block Name", screenshots, f"block-form-{slug}")
 
 
 @pytest.mark.parametrize(
@@ -151,11 +135,10 @@ def create_in_the_form(page, base: str, name: str, tasks_dir, agent: str | None,
     raise AssertionError(f"the form did not save block {name!r} within 90 s; the page said: {said or page.inner_text('body')[-800:]!r}")
 
 
-def pick_in_the_run_form(page, base: str, deployment_id: str, dataset: str, block: str) -> str:
+def pick_in_the_run_form(page, base: str, deployment_id: str, dataset: str, block: str, screenshots: Path) -> str:
     """The sweep's run form with ``dataset`` and the Harbor Backend block ``block`` picked in its picker, submitted:
     the name the form gave the run."""
-    page.goto(f"{base}/deployments/deployment/{deployment_id}/run", wait_until="networkidle")
-    page.get_by_text("Parameters").first.wait_for(timeout=30_000)
+    show(page, f"{base}/deployments/deployment/{deployment_id}/run", "Parameters", screenshots, "sweep-run-form")
     given_name = page.locator("input").first.input_value()  # the form's Run Name, a random one
     page.locator("textarea").nth(0).fill(dataset)
     page.get_by_role("button", name="HarborBackend", exact=True).click()
@@ -206,7 +189,7 @@ def test_a_bad_block_saved_in_the_ui_is_named_by_check_and_through_the_run_forms
 
     deployment = wait_for_deployment(registered, "sweep")
     dataset = str(tmp_path / "picked.jsonl")
-    given_name = pick_in_the_run_form(page, registered, deployment["id"], dataset, "ui-no-tasks-dir")
+    given_name = pick_in_the_run_form(page, registered, deployment["id"], dataset, "ui-no-tasks-dir", screenshots)
     deadline = time.monotonic() + 240
     while (run := runs_of_dataset(registered, deployment["id"], dataset)[0])["state_type"] not in ("FAILED", "COMPLETED", "CRASHED"):
         assert time.monotonic() < deadline, f"the run with the picked block did not finish: {run['name']} {run['state_type']}"
@@ -220,8 +203,7 @@ def test_a_bad_block_saved_in_the_ui_is_named_by_check_and_through_the_run_forms
 
     # A finished run's page reads its logs once: look only when the server has the line (it comes in later on a busy machine).
     wait_until(lambda: any("is not a valid Harbor Backend block" in m for m in log_messages(registered, run["id"])), 240, "the run's log line naming the bad block")
-    page.goto(f"{registered}/runs/flow-run/{run['id']}", wait_until="networkidle")  # its name, its tag, and in its log the reason
-    page.get_by_text("backend:ui-no-tasks-dir").first.wait_for(timeout=30_000)
+    show(page, f"{registered}/runs/flow-run/{run['id']}", "backend:ui-no-tasks-dir", screenshots, "bad-block-run")  # its name, its tag, and in its log the reason
     page.get_by_text("is not a valid Harbor Backend block").first.wait_for(timeout=60_000)
     page.screenshot(path=screenshots / "bad-block-picked-run.png", full_page=True)
     shown = page.locator("body").inner_text()

@@ -6,6 +6,7 @@ import pytest
 from deployment_helpers import HTTP, create_flow_run, wait_for_deployment, wait_until
 from paths import EXAMPLE_DATASET
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from ui_pages import show
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -19,8 +20,7 @@ def test_the_run_form_starts_a_sweep_whose_page_shows_rows_and_artifacts(ui_serv
     deployment = wait_for_deployment(ui_server, "sweep")
     results = str(tmp_path / "from-the-ui")
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(f"{ui_server}/deployments/deployment/{deployment['id']}/run", wait_until="networkidle")
-    page.get_by_text("Parameters").first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/deployments/deployment/{deployment['id']}/run", "Parameters", screenshots, "deployment-run-form")
     for label in ("dataset", "backend_block (Optional)", "results (Optional)", "storage_block (Optional)", "concurrency (Optional)", "shards (Optional)"):
         assert page.get_by_text(label, exact=True).count() >= 1, f"{label} missing from the run form"
     # shards: a count, or "auto" picked from a list (a one-value const would draw as "cannot be changed").
@@ -58,8 +58,7 @@ def test_the_run_form_starts_a_sweep_whose_page_shows_rows_and_artifacts(ui_serv
         time.sleep(1)
     assert run["state_type"] == "COMPLETED"
 
-    page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
-    page.get_by_text("Completed").first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/runs/flow-run/{run['id']}", "Completed", screenshots, "flow-run")
     page.get_by_text("Task Runs", exact=True).first.click()
     page.get_by_text("row multi-key-reward-1").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "flow-run-task-runs.png", full_page=True)
@@ -120,8 +119,7 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
     assert final["type"] == "CANCELLED" and final["name"] == "0/5 rewarded, 5 cancelled", final
     assert "5 rows: 0 success, 0 failure, 5 cancelled" in final["message"]
 
-    page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
-    page.get_by_text("0/5 rewarded, 5 cancelled").first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/runs/flow-run/{run['id']}", "0/5 rewarded, 5 cancelled", screenshots, "cancelled-run")
     page.get_by_text("Details", exact=True).first.click()
     page.get_by_text("State Message").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "cancelled-run-headline.png", full_page=True)

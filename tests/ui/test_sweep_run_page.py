@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deployment_helpers import HTTP, api_env, log_messages, wait_until
 from tasks_factory import write_task
+from ui_pages import show
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -78,8 +79,7 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
         # While the sweep runs, its row table is already there, with the finished rows and their archives.
         running = sweep_of(ui_server, dataset)
         live, *_ = wait_until(lambda: artifacts_of(ui_server, running["id"], "evaluation-sweep-rows"), 180, "the row table while the sweep runs")
-        page.goto(f"{ui_server}/artifacts/artifact/{live['id']}", wait_until="networkidle")
-        page.get_by_text("missing-1").first.wait_for(timeout=30_000)
+        show(page, f"{ui_server}/artifacts/artifact/{live['id']}", "missing-1", screenshots, "mixed-run-row-table-while-running")
         page.screenshot(path=screenshots / "mixed-run-row-table-while-running.png", full_page=True)
         assert running["state_type"] == "RUNNING" and "archive" in page.locator("table").first.inner_text()
         assert live["task_run_id"] is None, "the row table is the flow run's, not the task run of the row that finished last"
@@ -102,12 +102,11 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
     assert not [m for m in logs if m.startswith("Task run failed with state") or "NoneType: None" in m], "a returned Failed state is logged twice"
 
     # 1. The run list shows the sweep's counts; the task-run list, each row's outcome in its badge.
-    page.goto(f"{ui_server}/runs", wait_until="networkidle")
-    page.get_by_text(flow_run["name"]).first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/runs", flow_run["name"], screenshots, "mixed-run-in-the-run-list")
     page.screenshot(path=screenshots / "mixed-run-in-the-run-list.png", full_page=True)
     badge = page.locator(".flow-run-list-item", has_text=flow_run["name"]).first.locator(".state-badge").first
     assert badge.inner_text().strip() == COUNTS
-    page.goto(f"{ui_server}/runs/flow-run/{flow_run['id']}", wait_until="networkidle")
+    show(page, f"{ui_server}/runs/flow-run/{flow_run['id']}", "Task Runs", screenshots, "mixed-run", exact=True)
     page.get_by_text("Task Runs", exact=True).first.click()
     for row in EXPECTED:
         page.get_by_text(f"row {row}", exact=True).first.wait_for(timeout=30_000)
@@ -117,8 +116,7 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
         assert item.locator(".state-badge").first.inner_text().strip() == badge, item.inner_text()
 
     # 4. A row's own log: its timings, its archive and, as it scored 0, what its verifier said last.
-    page.goto(f"{ui_server}/runs/task-run/{task_runs['zero-1']['id']}", wait_until="networkidle")
-    page.get_by_text(VERIFIER_SAYS).first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/runs/task-run/{task_runs['zero-1']['id']}", VERIFIER_SAYS, screenshots, "mixed-run-zero-row-log")
     page.screenshot(path=screenshots / "mixed-run-zero-row-log.png", full_page=True)
     shown = page.locator("body").inner_text()
     archive = next(row["artifact_uri"] for row in pq.read_table(next(results.glob("*/results.parquet"))).to_pylist() if row["row_id"] == "zero-1")
@@ -126,14 +124,13 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
     assert f"archive {archive}" in shown
     assert "checking the answer" in shown
 
-    page.goto(f"{ui_server}/runs/flow-run/{flow_run['id']}", wait_until="networkidle")
+    show(page, f"{ui_server}/runs/flow-run/{flow_run['id']}", "Artifacts", screenshots, "mixed-run", exact=True)
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("evaluation-sweep-rows").first.wait_for(timeout=30_000)
     # One table, updated in place: the artifact the page showed while the sweep ran is the final one.
     (final,) = artifacts_of(ui_server, flow_run["id"], "evaluation-sweep-rows")
     assert final["id"] == live["id"] and "so far" not in final["description"], final["description"]
-    page.goto(f"{ui_server}/artifacts/artifact/{final['id']}", wait_until="networkidle")
-    page.get_by_text("missing-1").first.wait_for(timeout=30_000)
+    show(page, f"{ui_server}/artifacts/artifact/{final['id']}", "missing-1", screenshots, "mixed-run-row-table")
     page.screenshot(path=screenshots / "mixed-run-row-table.png", full_page=True)
     table = page.locator("table").first.inner_text()
     for row, (status, *_) in EXPECTED.items():
@@ -142,7 +139,7 @@ def test_a_mixed_sweep_shows_each_rows_outcome_the_headline_and_the_row_table(ui
     missing = next(row["artifact_uri"] for row in pq.read_table(next(results.glob("*/results.parquet"))).to_pylist() if row["row_id"] == "missing-1")
     assert "archive" in table and missing.rsplit("/", 1)[-1] in table, "the row table names each row's archive"
 
-    page.goto(f"{ui_server}/runs/flow-run/{flow_run['id']}", wait_until="networkidle")
+    show(page, f"{ui_server}/runs/flow-run/{flow_run['id']}", "Logs", screenshots, "mixed-run", exact=True)
     page.get_by_text("Logs", exact=True).first.click()
     page.get_by_text(headline[:40]).first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "mixed-run-headline.png", full_page=True)
