@@ -21,6 +21,11 @@ agent left running shares the mount, so three walls keep it from the tests:
   open one; a process from before, or one of its children, or an orphan adopted by the
   container's init, is refused, so it can neither read the tests nor fill a file it created.
 
+A process whose lineage cannot be read (a parent leaving, its child not yet handed on) is
+read again for up to :data:`_SETTLE_SEC` before it is refused; each of the first
+:data:`DESCRIBED_REFUSALS` refusals is described on standard error (the lineage read), which
+the trial's log shows.
+
 It prints ``attached`` (or ``error STAGE ERRNO``), then answers until its standard input
 closes. The child, host root in the container's mount namespace, runs nothing of the
 container's: everything it needs (``libc``'s functions, paths as bytes) is loaded before it
@@ -58,6 +63,12 @@ _MNT_DETACH = 0x2
 _UMOUNT_NOFOLLOW = 0x8
 _TARGET = b"/tests"
 _ADOPTION_READS = 8  # a parent that ended is re-read; eight in a row means something else is wrong
+#: How long a process whose lineage cannot be read is read again before its open is refused.
+_SETTLE_SEC = 1.0
+#: Refusals described on standard error: enough to tell why, too few to fill the pipe it goes to.
+DESCRIBED_REFUSALS = 5
+#: Generations a refusal's description follows up from the process that was refused.
+_DESCRIBED_GENERATIONS = 12
 _FS_IOC_SETFLAGS = 0x40086602
 _FS_IMMUTABLE_FL = 0x10
 _FAN_CLASS_CONTENT = 0x4
@@ -178,24 +189,52 @@ class Guard:
         self._init_pid = init_pid
         self._pid_namespace = _pid_namespace(init_pid)
         self._since = 0
+        self._refusals = 0
 
     def open_from_now(self) -> None:
         """Execs started from now on are the verifier's."""
         self._since = int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
     def allows(self, pid: int) -> bool:
-        """Whether process ``pid`` (a host pid) is of an exec started since :meth:`open_from_now`."""
-        try:
-            if _pid_namespace(pid) != self._pid_namespace:
-                return True  # the host's own (root's tools): no process of the container
-            while True:
-                parent, inside = self._parent_of(pid)
-                if not inside:
-                    break  # ``pid`` is an exec's first process, or the container's init
-                pid = parent
-            return pid != self._init_pid and _started(pid) >= self._since
-        except (OSError, ValueError):
-            return False  # gone while asked: not provably the verifier's
+        """Whether process ``pid`` (a host pid) is of an exec started since :meth:`open_from_now`.
+
+        A lineage that cannot be read is read again until :data:`_SETTLE_SEC` has passed: each
+        reading is judged whole, so no half-read state is let through."""
+        deadline, pause = time.monotonic() + _SETTLE_SEC, 0.001
+        while True:
+            try:
+                return self._judge(pid)
+            except (OSError, ValueError, IndexError):
+                if time.monotonic() >= deadline:
+                    return False  # still unreadable (gone, or leaving): not provably the verifier's
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+
+    def _judge(self, pid: int) -> bool:
+        if _pid_namespace(pid) != self._pid_namespace:
+            return True  # the host's own (root's tools): no process of the container
+        while True:
+            parent, inside = self._parent_of(pid)
+            if not inside:
+                break  # ``pid`` is an exec's first process, or the container's init
+            pid = parent
+        return pid != self._init_pid and _started(pid) >= self._since
+
+    def describe_refusal(self, pid: int) -> str:
+        """The lineage of a refused process as read now (pid, parent, start tick, in or out of the container)."""
+        chain = []
+        for _ in range(_DESCRIBED_GENERATIONS):
+            try:
+                fields, namespace = _stat(pid), _pid_namespace(pid)
+            except (OSError, ValueError, IndexError) as error:
+                chain.append(f"{pid} unreadable ({type(error).__name__})")
+                break
+            inside = namespace == self._pid_namespace
+            chain.append(f"{pid} (parent {int(fields[1])}, started {int(fields[19])}, {'in' if inside else 'outside'} the container)")
+            if not inside or pid == self._init_pid:
+                break
+            pid = int(fields[1])
+        return f"refused an open by {' <- '.join(chain)}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
 
     def _parent_of(self, pid: int) -> tuple[int, bool]:
         """``pid``'s parent, and whether it is in the container's pid namespace.
@@ -221,9 +260,13 @@ class Guard:
             if fd < 0:
                 continue
             try:
-                os.write(self.fd, _RESPONSE.pack(fd, _FAN_ALLOW if self.allows(pid) else _FAN_DENY))
+                allowed = self.allows(pid)
+                os.write(self.fd, _RESPONSE.pack(fd, _FAN_ALLOW if allowed else _FAN_DENY))
             finally:
                 os.close(fd)
+            if not allowed and self._refusals < DESCRIBED_REFUSALS:
+                self._refusals += 1
+                os.write(2, self.describe_refusal(pid).encode(errors="replace")[:1000] + b"\n")
 
     def serve(self, control: int) -> None:
         """Answer until ``control`` (standard input) closes; closing the group lets pending opens through."""

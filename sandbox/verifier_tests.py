@@ -84,7 +84,7 @@ class VerifierTests:
             return "the container is not running"
         helper = await start_engine_process(
             [sys.executable, "-I", "-S", tests_mount.__file__, str(root.init_pid), str(self._staging), str(self._attached), str(self._size_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PATH": os.defpath},
         )  # fmt: skip
         assert helper.stdout is not None  # started with stdout=PIPE
         try:
@@ -92,27 +92,30 @@ class VerifierTests:
         except TimeoutError:
             line = b"error timeout 0"
         except BaseException:
-            await _end(helper)
+            await self._end(helper)
             raise
         if line.strip() != b"attached":
-            await _end(helper)
+            await self._end(helper)
             return _describe(line.decode(errors="replace").split())
         previous, self._guard = self._guard, helper
         if previous is not None:  # its copy is detached: nothing left to guard
-            await _end(previous)
+            await self._end(previous)
         return None
 
     async def close(self) -> None:
         """Stop guarding (the container is going) and remove the host folders."""
         if self._guard is not None:
-            await _end(self._guard)
+            await self._end(self._guard)
             self._guard = None
         await asyncio.to_thread(shutil.rmtree, self._parent, True)
 
-
-async def _end(helper: EngineProcess) -> None:
-    helper.kill()
-    await helper.wait()
+    async def _end(self, helper: EngineProcess) -> None:
+        """Stop a helper; the refusals it described (a process kept from the tests) go to the trial's log."""
+        helper.kill()
+        await helper.wait()
+        said = (await helper.stderr.read()).decode(errors="replace") if helper.stderr is not None else ""
+        for refusal in said.splitlines()[: tests_mount.DESCRIBED_REFUSALS]:
+            self._logger.info(f"The verifier's /tests guard {refusal}")
 
 
 def _describe(words: list[str]) -> str:

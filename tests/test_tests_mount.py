@@ -51,13 +51,18 @@ class _Processes:
 
     CONTAINER, HOST = 1, 2
 
-    def __init__(self, monkeypatch, table, ended=()):
+    def __init__(self, monkeypatch, table, ended=(), unreadable=None):
         self.table, self.ended = dict(table), set(ended)
+        self.unreadable = dict(unreadable or {})  # pid -> reads that fail before it can be read
         monkeypatch.setattr(tests_mount, "_parent", lambda pid: self._row(pid)[0])
         monkeypatch.setattr(tests_mount, "_pid_namespace", lambda pid: self._row(pid)[1])
         monkeypatch.setattr(tests_mount, "_started", lambda pid: self._row(pid)[2])
+        monkeypatch.setattr(tests_mount, "_stat", lambda pid: [b"S", str(self._row(pid)[0]).encode(), *[b"0"] * 17, str(self._row(pid)[2]).encode()])
 
     def _row(self, pid):
+        if self.unreadable.get(pid, 0) > 0:  # leaving: its /proc entries answer nothing for a while
+            self.unreadable[pid] -= 1
+            raise FileNotFoundError(pid)
         if pid in self.ended:  # the runtime leaves: its child is adopted by conmon (pid 50)
             self.ended.discard(pid)
             del self.table[pid]
@@ -68,7 +73,7 @@ class _Processes:
 
 def _guard(since):
     guard = tests_mount.Guard.__new__(tests_mount.Guard)
-    guard._init_pid, guard._pid_namespace, guard._since = 10, _Processes.CONTAINER, since
+    guard._init_pid, guard._pid_namespace, guard._since, guard._refusals = 10, _Processes.CONTAINER, since, 0
     return guard
 
 
@@ -88,3 +93,29 @@ def test_a_process_the_agent_left_running_is_refused_and_so_is_its_child(monkeyp
     assert not guard.allows(21) and not guard.allows(22)
     assert not guard.allows(30), "an orphan adopted by the container's init is not provably the verifier's"
     assert guard.allows(5), "the host's own processes are not the container's"
+
+
+def test_a_lineage_unreadable_for_a_while_is_read_again_until_it_settles(monkeypatch):
+    # crun (40) takes a while to leave: twenty reads of its namespace fail before bash (11) is seen whole.
+    table = {10: (5, 1, 100), 11: (40, 1, 200), 12: (11, 1, 201), 40: (5, 2, 199), 5: (1, 2, 80)}
+    _Processes(monkeypatch, table, unreadable={40: 20})
+    assert _guard(since=150).allows(12)
+
+
+def test_a_lineage_that_stays_unreadable_is_refused_and_the_refusal_says_what_was_read(monkeypatch):
+    monkeypatch.setattr(tests_mount, "_SETTLE_SEC", 0.05)
+    table = {10: (5, 1, 100), 11: (40, 1, 200), 12: (11, 1, 201), 40: (5, 2, 199), 5: (1, 2, 80)}
+    processes = _Processes(monkeypatch, table, unreadable={40: 10**9})
+    guard = _guard(since=150)
+    assert not guard.allows(12)
+    said = guard.describe_refusal(12)
+    assert said.startswith("refused an open by 12 (parent 11, started 201, in the container) <- 11 (parent 40, started 200, in the container) <- 40 unreadable")
+    assert said.endswith("tests attached at tick 150, the container's init is 10")
+    processes.unreadable.clear()
+    assert "21 (parent 50, started 120, in the container) <- 50 (parent 1, started 90, outside the container)" in _agent_left(monkeypatch).describe_refusal(22)
+
+
+def _agent_left(monkeypatch):
+    table = {10: (5, 1, 100), 21: (50, 1, 120), 22: (21, 1, 300), 50: (1, 2, 90), 5: (1, 2, 80)}
+    _Processes(monkeypatch, table)
+    return _guard(since=150)
