@@ -104,7 +104,7 @@ def test_a_served_sweep_cancelled_in_the_ui_keeps_its_headline(ui_server, served
     wait_until(lambda: any('"running": 2' in s.read_text() for s in (tmp_path / "results").glob("*/status.json")), 300, "both slow rows to run", where_it_is)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
-    page.goto(f"{ui_server}/runs/flow-run/{run['id']}", wait_until="networkidle")
+    show(page, f"{ui_server}/runs/flow-run/{run['id']}", "Cancel", screenshots, "running-run", exact=True)  # a page drawn blank is loaded again
     try:
         page.get_by_role("button", name="Cancel", exact=True).first.click(timeout=60_000)
     except PlaywrightTimeoutError:
