@@ -62,7 +62,6 @@ _MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MNT_DETACH = 0x2
 _UMOUNT_NOFOLLOW = 0x8
 _TARGET = b"/tests"
-_ADOPTION_READS = 8  # a parent that ended is re-read; eight in a row means something else is wrong
 #: How long a process whose lineage cannot be read is read again before its open is refused.
 _SETTLE_SEC = 1.0
 #: Refusals described on standard error: enough to tell why, too few to fill the pipe it goes to.
@@ -240,15 +239,10 @@ class Guard:
         """``pid``'s parent, and whether it is in the container's pid namespace.
 
         An exec's first process is started by the runtime (crun), which leaves at once: its
-        process is then adopted by conmon. A parent that ended between the two reads has handed
-        ``pid`` to another, so the parent is read again rather than the open refused."""
-        for _ in range(_ADOPTION_READS):
-            parent = _parent(pid)
-            try:
-                return parent, _pid_namespace(parent) == self._pid_namespace
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-        raise ProcessLookupError(pid)
+        process is then adopted by conmon. A parent that ended between the two reads raises, and
+        :meth:`allows` reads the whole lineage again rather than refusing the open."""
+        parent = _parent(pid)
+        return parent, _pid_namespace(parent) == self._pid_namespace
 
     def answer(self) -> None:
         """Answer every permission question queued now."""
