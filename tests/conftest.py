@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tiers import refuse_in_the_unit_tier
+
+#: pytest keeps each test module's rewritten asserts in ``__pycache__`` (ignored by git and by
+#: bundles) unless bytecode writing is off, as PYTHONDONTWRITEBYTECODE turns it off on some machine
+#: images: then every process of the suite rewrites all test modules again, ~6 s of CPU each.
+sys.dont_write_bytecode = False
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

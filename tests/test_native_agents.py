@@ -16,7 +16,6 @@ from prefect_harbor.agents.native import (
     native_agent_config,
     prepare_native_agent,
 )
-from prefect_harbor.agents.prepared_mini_swe_agent import PreparedMiniSweAgent
 from prefect_harbor.agents.pyenvs import PreparedEnv
 from prefect_harbor.config import DEFAULT_MODEL_NAME, ConfigurationError
 from prefect_harbor.sandbox.network import gateway_address, reachable_from_sandbox
@@ -35,6 +34,14 @@ def endpoint() -> Endpoint:
 def prepared(tmp_path: Path) -> PreparedEnv:
     """A stand-in for mini-swe-agent's prepared environment (nothing is installed)."""
     return PreparedEnv(path=tmp_path / "venv", base_prefix=tmp_path / "python", uv=tmp_path / "uv")
+
+
+def prepared_mini_swe_agent() -> type:
+    """The agent class, imported by the tests that use it: its module imports harbor's
+    mini-swe-agent, which imports litellm (~4 s), and every fast-tier process collects this file."""
+    from prefect_harbor.agents.prepared_mini_swe_agent import PreparedMiniSweAgent
+
+    return PreparedMiniSweAgent
 
 
 # ---------------------------------------------------------------- terminus-2
@@ -114,6 +121,7 @@ def test_mini_swe_agent_reasoning_effort_moves_into_its_own_config(endpoint, pre
 
 @pytest.mark.integration  # it starts podman (the prefect-harbor network, an image)
 def test_mini_swe_agent_config_is_accepted_by_harbor(endpoint, prepared, tmp_path):
+    PreparedMiniSweAgent = prepared_mini_swe_agent()
     setup = native_agent_config("mini-swe-agent", "scripted", endpoint, {}, prepared=prepared)
     AgentFactory.run_preflight(setup.agent)
     agent = AgentFactory.create_agent_from_config(setup.agent, logs_dir=tmp_path)
@@ -122,6 +130,7 @@ def test_mini_swe_agent_config_is_accepted_by_harbor(endpoint, prepared, tmp_pat
 
 
 def test_prepared_mini_swe_agent_without_an_environment_is_refused(tmp_path):
+    PreparedMiniSweAgent = prepared_mini_swe_agent()
     with pytest.raises(ValueError, match="prepared_env"):
         PreparedMiniSweAgent(logs_dir=tmp_path, model_name="openai/m")
 
