@@ -1,5 +1,6 @@
 """The trial's container: resources, prebuilt images, what of the host's environment it gets."""
 
+import os
 import uuid
 from pathlib import Path
 
@@ -29,6 +30,36 @@ async def test_task_resources_and_the_process_limit_are_applied(make_environment
     assert int(memory) == 256 * 1024 * 1024
     assert cpu.startswith("100000")  # one CPU: a 100 ms quota per 100 ms period
     assert pids == "300"
+
+
+def exec_conmons(container_id: str) -> list[list[str]]:
+    """The command lines of the conmons podman keeps for ``container_id``'s exec sessions."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if Path(argv[0]).name == "conmon" and "--exec-attach" in argv and container_id in argv:
+            found.append(argv)
+    return found
+
+
+async def test_an_execs_conmon_is_kept_30_s_after_it_ends_not_docker_s_5_minutes(make_environment):
+    """The sandbox reads an exec's exit status when its output ends; podman's 300 s default made a
+    busy host carry hundreds of idle conmons, which every scan of /proc paid for (containers.conf)."""
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        assert (await env.exec("true")).return_code == 0
+        container_id = env._container
+        assert container_id is not None
+        kept = exec_conmons(container_id)
+    finally:
+        await env.stop(delete=True)
+    assert kept, "no exec conmon found: podman's exec bookkeeping changed, so this test no longer says anything"
+    delays = {argv[argv.index("--exit-delay") + 1] for argv in kept}
+    assert delays == {"30"}, delays
 
 
 async def test_a_prebuilt_docker_image_runs_without_a_dockerfile(make_environment):
