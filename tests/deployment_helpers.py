@@ -16,9 +16,11 @@ from tiers import refuse_in_the_unit_tier
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 #: One HTTP client for a test process's calls to its servers: ``httpx.get`` makes a client (and
-#: loads the CA bundle) per call, which the suite's polling loops paid twice a second. Idle
-#: connections are dropped after 2 s, well before uvicorn's 5 s: never reused as the server closes them.
-HTTP = httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=2.0))
+#: loads the CA bundle) per call, which the suite's polling loops paid twice a second. No connection
+#: is kept between calls: one idle for 2 s by this process's clock can be past uvicorn's 5 s by the
+#: server's when the machine is busy (a DELETE was answered "Connection reset by peer" under
+#: stress-ng), and a new loopback connection costs next to nothing.
+HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 @contextmanager

@@ -74,15 +74,8 @@ def test_the_agent_field_offers_only_the_native_agents_and_finds_no_orcale(regis
 
 def test_a_backend_block_created_in_the_ui_loads_in_python(registered, browser, screenshots):
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    open_form(page, registered, "harbor-backend", screenshots)
-    # The form's text fields carry no labels a locator can use; they come in schema order:
-    # block name, tasks_dir, ... (Task Mode and Agent are lists).
-    fields = page.locator("input, textarea")
-    fields.nth(0).fill("from-the-ui")
-    fields.nth(1).fill(str(EXAMPLE_TASKS / "reward-txt"))
-    choose(page, "Agent", "oracle")
-    page.get_by_role("button", name="Create").click()
-    page.wait_for_url("**/blocks/block/**", timeout=30_000)
+    # As a user fills it: name, Tasks Directory, Agent; Create (once more if a busy page lost the click).
+    create_in_the_form(page, registered, "from-the-ui", EXAMPLE_TASKS / "reward-txt", "oracle", None, screenshots)
     page.screenshot(path=screenshots / "block-created.png", full_page=True)
     page.close()
     code = (
