@@ -1,9 +1,9 @@
 """The trial's container: resources, prebuilt images, what of the host's environment it gets."""
 
-import os
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from harbor.models.task.config import EnvironmentConfig
 from tasks_factory import BASE_DOCKERFILE, BASE_IMAGE
@@ -34,15 +34,11 @@ async def test_task_resources_and_the_process_limit_are_applied(make_environment
 
 def exec_conmons(container_id: str) -> list[list[str]]:
     """The command lines of the conmons podman keeps for ``container_id``'s exec sessions."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if Path(argv[0]).name == "conmon" and "--exec-attach" in argv and container_id in argv:
-            found.append(argv)
-    return found
+    return [
+        argv
+        for process in psutil.process_iter(["name", "cmdline"])
+        if process.info["name"] == "conmon" and "--exec-attach" in (argv := process.info["cmdline"] or []) and container_id in argv
+    ]
 
 
 async def test_an_execs_conmon_is_kept_30_s_after_it_ends_not_docker_s_5_minutes(make_environment):
