@@ -76,6 +76,8 @@ IMPORT_PATH = "prefect_harbor.sandbox.container:ContainerEnvironment"
 #: Harbor's docker environment keeps the main container alive with exactly this command.
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 DEFAULT_MAX_COPY_MB = 1024
+#: Harbor's log folders: host mounts under Docker, copies here (:func:`_still_for`).
+LOGS_DIR = PurePosixPath("/logs")
 #: Every kind of allowed_hosts entry Harbor knows: the proxy (:mod:`.egress`) checks each.
 _ALLOWLIST_CAPABILITIES = tuple(
     f"network_allowlist{kind}" for kind in ("", "_hostnames", "_wildcard_hostnames", "_ipv4_addresses", "_ipv6_addresses", "_ipv4_cidrs", "_ipv6_cidrs")
@@ -541,7 +543,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         await self._download_file_from(self._require_container(), source_path, Path(target_path))
 
     async def _download_file_from(self, container: str, source_path: str, target: Path) -> None:
-        await transfer.copy_file_out(container, source_path, target, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
+        async with _still_for(container, source_path):
+            await transfer.copy_file_out(container, source_path, target, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
@@ -553,7 +556,8 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         """``source`` out of the container into ``target`` (:func:`~.transfer.copy_out`), at most ``max_copy_mb``;
         what the limit dropped is counted, in the trial's log and its sandbox report (``copies_cut``)."""
         container = container or self._require_container()
-        await transfer.copy_out(container, source, target, strip=strip, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
+        async with _still_for(container, source):
+            await transfer.copy_out(container, source, target, strip=strip, max_bytes=self._max_copy_bytes, on_cut=self._record_cut_copy)
 
     def _record_cut_copy(self, source: str, done: transfer.Unpacked) -> None:
         at_least = "at least " if done.stopped_early else ""
@@ -567,6 +571,12 @@ class ContainerEnvironment(ComposeServiceOpsMixin, BaseEnvironment):
         }  # fmt: skip
         with contextlib.suppress(OSError):
             self._report.add("copies_cut", entry)
+
+
+def _still_for(container: str, source: str) -> contextlib.AbstractAsyncContextManager[None]:
+    """Harbor's ``/logs`` (host mounts under Docker) are copied from a paused container (:func:`.transfer.held_still`);
+    other paths as ``docker cp`` copies them, from a running one."""
+    return transfer.held_still(container) if PurePosixPath(source).is_relative_to(LOGS_DIR) else contextlib.nullcontext()
 
 
 class _PodServices:

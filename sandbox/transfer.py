@@ -114,6 +114,27 @@ async def _chunks(archive: IO[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
+@contextlib.asynccontextmanager
+async def held_still(container: str) -> AsyncIterator[None]:
+    """``container`` paused (its processes frozen by the engine) while the body copies out of it.
+
+    podman's copier ends its archive at the first file that grows while it is read ("archive/tar:
+    write too long"), after a 200 and a well-formed end: the files after it are silently not copied.
+    A process the agent left appending to ``/logs/verifier/a.txt`` would so make the verifier's
+    reward vanish, and its row an error rather than a score. Under Docker ``/logs`` is a mount the
+    host reads at any time; a frozen container gives the copy the same still picture. A container
+    that does not run (stopped, gone) has nothing to freeze, and is copied as it is."""
+    route = f"/libpod/containers/{segment(container)}"
+    paused = await engine_call("POST", f"{route}/pause", timeout=STATE_CALL_TIMEOUT_SEC)
+    try:
+        yield
+    finally:
+        if paused.status_code in (200, 204):
+            resumed = await engine_call("POST", f"{route}/unpause", timeout=STATE_CALL_TIMEOUT_SEC)
+            if resumed.status_code not in (200, 204, 404):
+                raise engine_error(resumed, f"resuming container {container} after a copy")
+
+
 #: Told of a copy out that the limit cut: its source and what :func:`unpack` did.
 CutCopy = Callable[[str, "Unpacked"], None]
 

@@ -93,6 +93,27 @@ async def test_the_tasks_workdir_is_made_at_start_when_the_image_lacks_it_as_doc
     assert seen == ["/srv/task/work", "root", "755", "written"]
 
 
+async def test_a_log_file_growing_during_the_copy_loses_none_of_the_files_after_it(make_environment, tmp_path):
+    """podman's copier ends its archive, well formed, at a file that grows while it is read: a process
+    the agent left appending to /logs/verifier/a.txt made the verifier's reward.txt vanish from the copy."""
+    env = make_environment()
+    await env.start(force_build=False)
+    try:
+        await env.exec("mkdir -p /logs/verifier && echo 0 > /logs/verifier/reward.txt && echo ran > /logs/verifier/test-stdout.txt")
+        await env.exec("nohup sh -c 'while :; do echo forging >> /logs/verifier/a.txt; done' > /dev/null 2>&1 &")
+        await env.exec("while [ $(stat -c %s /logs/verifier/a.txt 2>/dev/null || echo 0) -lt 100000 ]; do sleep 0.1; done")
+        for attempt in range(3):  # each copy would be cut (the file grows by megabytes a second)
+            await env.download_dir("/logs/verifier", tmp_path / f"copy-{attempt}")
+        still_writing = (await env.exec("s=$(stat -c %s /logs/verifier/a.txt); sleep 0.5; [ $(stat -c %s /logs/verifier/a.txt) -gt $s ] && echo yes")).stdout
+    finally:
+        await env.stop(delete=True)
+    assert still_writing.strip() == "yes", "the container was left paused after the copy"
+    for attempt in range(3):
+        copied = tmp_path / f"copy-{attempt}"
+        assert sorted(path.name for path in copied.iterdir()) == ["a.txt", "reward.txt", "test-stdout.txt"], attempt
+        assert (copied / "reward.txt").read_text() == "0\n"
+
+
 async def test_an_upload_leaves_no_copy_of_itself_in_the_hosts_var_tmp(make_environment, tmp_path):
     """podman 4.3's `cp -` keeps each archive it reads from stdin in its TMPDIR: every upload (tests, solutions, logs) piled up in /var/tmp."""
     marker = f"upload-{uuid.uuid4().hex}"
