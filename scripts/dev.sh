@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Python keeps what it compiles (__pycache__, ignored by git and by bundles): where the machine's
+# image sets PYTHONDONTWRITEBYTECODE, every process would compile every module it imports again
+# (3 s more per CLI start, minutes over the test suite's hundreds of processes).
+unset PYTHONDONTWRITEBYTECODE
+
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 # System tools: the daemonless container engine (podman, buildah, runc; tini as the
@@ -69,13 +74,10 @@ setup() {
         UV=("$PYTHON" -m uv)
     fi
     say "Syncing the locked environment (.venv)"
-    # --compile-bytecode: write every .pyc now. Where PYTHONDONTWRITEBYTECODE is set (this
-    # machine's image) Python would otherwise compile each imported module again in every
-    # process: 3 s more per CLI start, minutes over the test suite's subprocesses.
-    UV_PYTHON_DOWNLOADS=never "${UV[@]}" sync --locked --python "$PYTHON" --quiet --compile-bytecode
-    # The project's own modules too: an editable install, which --compile-bytecode leaves out
-    # (~0.15 s of CPU saved in each of the suite's hundreds of processes).
-    .venv/bin/python -m compileall -q -j 0 prefect_harbor sandbox flows tasks blocks deployments >/dev/null
+    # No --compile-bytecode: compiling all of site-packages took 55 s (100 s of CPU) on a 2-core
+    # machine, and a run imports about a tenth of it. Each module is compiled the first time a
+    # process imports it, and kept (PYTHONDONTWRITEBYTECODE is unset above).
+    UV_PYTHON_DOWNLOADS=never "${UV[@]}" sync --locked --python "$PYTHON" --quiet
     # The examples' and tests' FROM lines; where a registry is reachable podman pulls the
     # real images instead. Kept in podman's storage: later runs find them (~45 s the first time).
     say "Base images (prefect-harbor images bootstrap)"
