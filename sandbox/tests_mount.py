@@ -22,8 +22,8 @@ agent left running shares the mount, so three walls keep it from the tests:
   container's init, is refused, so it can neither read the tests nor fill a file it created.
 
 A process whose lineage cannot be read (a parent leaving, its child not yet handed on) is
-read again for up to :data:`_SETTLE_SEC` before it is refused; each of the first
-:data:`DESCRIBED_REFUSALS` refusals is described on standard error (the lineage read), which
+read again for up to :data:`_SETTLE_SEC` before it is refused; the first refusal of each lineage (up to
+:data:`DESCRIBED_REFUSALS` lineages) is described on standard error (the lineage read), which
 the trial's log shows.
 
 It prints ``attached`` (or ``error STAGE ERRNO``), then answers until its standard input
@@ -188,7 +188,7 @@ class Guard:
         self._init_pid = init_pid
         self._pid_namespace = _pid_namespace(init_pid)
         self._since = 0
-        self._refusals = 0
+        self._told: set[int] = set()  # the lineages (by the pid each ends at) whose first refusal was described
 
     def open_from_now(self) -> None:
         """Execs started from now on are the verifier's."""
@@ -221,19 +221,36 @@ class Guard:
 
     def describe_refusal(self, pid: int) -> str:
         """The lineage of a refused process as read now (pid, parent, start tick, in or out of the container)."""
+        chain = " <- ".join(text for _pid, text in self._lineage(pid))
+        return f"refused an open by {chain}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
+
+    def refusal_to_tell(self, pid: int) -> str | None:
+        """:meth:`describe_refusal`, for the first refusal of each lineage (by the pid it ends at), at most
+        :data:`DESCRIBED_REFUSALS` of them: a process the agent left opening the tests in a loop (its
+        lineage ends at the container's init) is told once, and leaves room for any other refusal."""
+        lineage = self._lineage(pid)
+        root = lineage[-1][0]
+        if root in self._told or len(self._told) >= DESCRIBED_REFUSALS:
+            return None
+        self._told.add(root)
+        chain = " <- ".join(text for _pid, text in lineage)
+        return f"refused an open by {chain}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
+
+    def _lineage(self, pid: int) -> list[tuple[int, str]]:
+        """``pid`` and its ancestors in the container, each with what was read of it, up to the first outside it."""
         chain = []
         for _ in range(_DESCRIBED_GENERATIONS):
             try:
                 fields, namespace = _stat(pid), _pid_namespace(pid)
             except (OSError, ValueError, IndexError) as error:
-                chain.append(f"{pid} unreadable ({type(error).__name__})")
+                chain.append((pid, f"{pid} unreadable ({type(error).__name__})"))
                 break
             inside = namespace == self._pid_namespace
-            chain.append(f"{pid} (parent {int(fields[1])}, started {int(fields[19])}, {'in' if inside else 'outside'} the container)")
+            chain.append((pid, f"{pid} (parent {int(fields[1])}, started {int(fields[19])}, {'in' if inside else 'outside'} the container)"))
             if not inside or pid == self._init_pid:
                 break
             pid = int(fields[1])
-        return f"refused an open by {' <- '.join(chain)}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
+        return chain
 
     def _parent_of(self, pid: int) -> tuple[int, bool]:
         """``pid``'s parent, and whether it is in the container's pid namespace.
@@ -258,9 +275,8 @@ class Guard:
                 os.write(self.fd, _RESPONSE.pack(fd, _FAN_ALLOW if allowed else _FAN_DENY))
             finally:
                 os.close(fd)
-            if not allowed and self._refusals < DESCRIBED_REFUSALS:
-                self._refusals += 1
-                os.write(2, self.describe_refusal(pid).encode(errors="replace")[:1000] + b"\n")
+            if not allowed and (told := self.refusal_to_tell(pid)) is not None:
+                os.write(2, told.encode(errors="replace")[:1000] + b"\n")
 
     def serve(self, control: int) -> None:
         """Answer until ``control`` (standard input) closes; closing the group lets pending opens through."""

@@ -73,7 +73,7 @@ class _Processes:
 
 def _guard(since):
     guard = tests_mount.Guard.__new__(tests_mount.Guard)
-    guard._init_pid, guard._pid_namespace, guard._since, guard._refusals = 10, _Processes.CONTAINER, since, 0
+    guard._init_pid, guard._pid_namespace, guard._since, guard._told = 10, _Processes.CONTAINER, since, set()
     return guard
 
 
@@ -119,3 +119,18 @@ def _agent_left(monkeypatch):
     table = {10: (5, 1, 100), 21: (50, 1, 120), 22: (21, 1, 300), 50: (1, 2, 90), 5: (1, 2, 80)}
     _Processes(monkeypatch, table)
     return _guard(since=150)
+
+
+def test_a_loop_of_refusals_by_the_agents_orphans_is_told_once_and_leaves_room_for_the_verifiers(monkeypatch):
+    """A process the agent left opening the tests in a loop filled all five descriptions before, so
+    that a refusal of the verifier's own exec, had there been one, was never told."""
+    # 30 and 31: orphans of the agent, adopted by the container's init (10); 41: a verifier's process
+    # whose exec (40, started at tick 140) predates the attach at 150.
+    table = {10: (5, 1, 100), 30: (10, 1, 310), 31: (10, 1, 320), 40: (50, 1, 140), 41: (40, 1, 400), 50: (1, 2, 90), 5: (1, 2, 80)}
+    _Processes(monkeypatch, table)
+    guard = _guard(since=150)
+    told = [guard.refusal_to_tell(pid) for pid in (30, 31, 30, 41, 41)]
+    assert told[0] is not None and told[0].startswith("refused an open by 30 (parent 10")
+    assert told[1:3] == [None, None], "the init's lineage again"
+    assert told[3] is not None and told[3].startswith("refused an open by 41 (parent 40, started 400, in the container) <- 40 (parent 50")
+    assert told[4] is None
