@@ -221,8 +221,7 @@ class Guard:
 
     def describe_refusal(self, pid: int) -> str:
         """The lineage of a refused process as read now (pid, parent, start tick, in or out of the container)."""
-        chain = " <- ".join(text for _pid, text in self._lineage(pid))
-        return f"refused an open by {chain}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
+        return self._in_words(self._lineage(pid))
 
     def refusal_to_tell(self, pid: int) -> str | None:
         """:meth:`describe_refusal`, for the first refusal of each lineage (by the pid it ends at), at most
@@ -233,6 +232,9 @@ class Guard:
         if root in self._told or len(self._told) >= DESCRIBED_REFUSALS:
             return None
         self._told.add(root)
+        return self._in_words(lineage)
+
+    def _in_words(self, lineage: list[tuple[int, str]]) -> str:
         chain = " <- ".join(text for _pid, text in lineage)
         return f"refused an open by {chain}; tests attached at tick {self._since}, the container's init is {self._init_pid}"
 
