@@ -38,6 +38,8 @@ _CHUNK = 1024 * 1024
 #: A copy past its limit reads on through this many times the limit, counting what it drops.
 _COPY_READ_FACTOR = 4
 #: The refused members named one by one (the rest are counted).
+#: Pauses asked before a copy goes ahead with the container running (:func:`held_still`).
+_PAUSE_TRIES = 20
 _NAMED = 50
 
 
@@ -125,7 +127,14 @@ async def held_still(container: str) -> AsyncIterator[None]:
     host reads at any time; a frozen container gives the copy the same still picture. A container
     that does not run (stopped, gone) has nothing to freeze, and is copied as it is."""
     route = f"/libpod/containers/{segment(container)}"
-    paused = await engine_call("POST", f"{route}/pause", timeout=STATE_CALL_TIMEOUT_SEC)
+    for attempt in range(1, _PAUSE_TRIES + 1):
+        paused = await engine_call("POST", f"{route}/pause", timeout=STATE_CALL_TIMEOUT_SEC)
+        # 409: not running. 500: the runtime gave up freezing (runc's cgroup v1 freezer does, on a busy host).
+        if paused.status_code != 500 or attempt == _PAUSE_TRIES:
+            break
+        await asyncio.sleep(0.05 * attempt)
+    if paused.status_code not in (200, 204, 409):
+        logger.warning("Copying out of container %s while it runs: %s", container, engine_error(paused, "pausing it"))
     try:
         yield
     finally:
