@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+import httpx
+
 from prefect_harbor.sandbox.engine import STATE_CALL_TIMEOUT_SEC
 from prefect_harbor.sandbox.engine_service import engine_call, engine_error, engine_stream, segment
 
@@ -127,21 +129,26 @@ async def held_still(container: str) -> AsyncIterator[None]:
     host reads at any time; a frozen container gives the copy the same still picture. A container
     that does not run (stopped, gone) has nothing to freeze, and is copied as it is."""
     route = f"/libpod/containers/{segment(container)}"
-    for attempt in range(1, _PAUSE_TRIES + 1):
-        paused = await engine_call("POST", f"{route}/pause", timeout=STATE_CALL_TIMEOUT_SEC)
-        # 409: not running. 500: the runtime gave up freezing (runc's cgroup v1 freezer does, on a busy host).
-        if paused.status_code != 500 or attempt == _PAUSE_TRIES:
-            break
-        await asyncio.sleep(0.05 * attempt)
-    if paused.status_code not in (200, 204, 409):
+    paused = await _asked_until_done(f"{route}/pause")
+    if paused.status_code not in (200, 204, 409):  # 409: not running
         logger.warning("Copying out of container %s while it runs: %s", container, engine_error(paused, "pausing it"))
     try:
         yield
     finally:
         if paused.status_code in (200, 204):
-            resumed = await engine_call("POST", f"{route}/unpause", timeout=STATE_CALL_TIMEOUT_SEC)
+            resumed = await _asked_until_done(f"{route}/unpause")
             if resumed.status_code not in (200, 204, 404):
                 raise engine_error(resumed, f"resuming container {container} after a copy")
+
+
+async def _asked_until_done(route: str) -> httpx.Response:
+    """``POST route`` (a pause or an unpause), asked again while the runtime gives up (HTTP 500: runc's
+    cgroup v1 freezer does when a busy process does not freeze in time), up to :data:`_PAUSE_TRIES` times."""
+    attempt = 1
+    while (answer := await engine_call("POST", route, timeout=STATE_CALL_TIMEOUT_SEC)).status_code == 500 and attempt < _PAUSE_TRIES:
+        await asyncio.sleep(0.05 * attempt)
+        attempt += 1
+    return answer
 
 
 #: Told of a copy out that the limit cut: its source and what :func:`unpack` did.

@@ -1,10 +1,15 @@
 """Copying out of a container: only regular files and directories land, never through a link."""
 
 import io
+import logging
 import os
 import tarfile
 
-from prefect_harbor.sandbox.transfer import unpack
+import httpx
+import pytest
+
+from prefect_harbor.sandbox import transfer
+from prefect_harbor.sandbox.transfer import held_still, unpack
 
 
 def archive(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
@@ -101,3 +106,52 @@ def test_a_copy_that_stops_reading_says_what_it_dropped_at_least(tmp_path):
 def test_an_empty_stream_is_an_empty_copy(tmp_path):
     done = unpack(io.BytesIO(b""), tmp_path / "out")
     assert done.written == 0 and done.skipped_count == 1
+
+
+class _Engine:
+    """The engine service's answers to pause and unpause, in order; the calls it was asked."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, **answers: list[int]):
+        self.answers, self.calls = {verb: list(codes) for verb, codes in answers.items()}, []
+        monkeypatch.setattr(transfer, "engine_call", self.call)
+        monkeypatch.setattr(transfer.asyncio, "sleep", self.no_wait)
+
+    async def call(self, method: str, route: str, **_: object) -> httpx.Response:
+        verb = route.rsplit("/", 1)[-1]
+        self.calls.append(verb)
+        codes = self.answers[verb]
+        return httpx.Response(codes.pop(0) if len(codes) > 1 else codes[0], json={"message": f"{verb} refused"})
+
+    async def no_wait(self, _seconds: float) -> None:
+        return None
+
+
+async def test_a_pause_or_unpause_the_runtime_gives_up_on_is_asked_again(monkeypatch):
+    """runc's cgroup v1 freezer gives up on a busy host (HTTP 500): the copy must not run unfrozen for it."""
+    engine = _Engine(monkeypatch, pause=[500, 500, 204], unpause=[500, 204])
+    async with held_still("c"):
+        assert engine.calls == ["pause"] * 3
+    assert engine.calls == ["pause"] * 3 + ["unpause"] * 2
+
+
+async def test_a_container_that_cannot_be_paused_is_copied_running_and_a_warning_says_so(monkeypatch, caplog):
+    engine = _Engine(monkeypatch, pause=[500])
+    with caplog.at_level(logging.WARNING, logger=transfer.__name__):
+        async with held_still("c"):
+            pass
+    assert engine.calls == ["pause"] * transfer._PAUSE_TRIES, "asked a bounded number of times, never unpaused"
+    assert "Copying out of container c while it runs" in caplog.text and "pause refused" in caplog.text
+
+
+async def test_a_container_not_running_is_copied_as_it_is(monkeypatch):
+    engine = _Engine(monkeypatch, pause=[409])
+    async with held_still("c"):
+        pass
+    assert engine.calls == ["pause"]
+
+
+async def test_an_unpause_that_keeps_failing_is_an_error_naming_the_container(monkeypatch):
+    _Engine(monkeypatch, pause=[204], unpause=[500])
+    with pytest.raises(Exception, match="resuming container c after a copy"):
+        async with held_still("c"):
+            pass
