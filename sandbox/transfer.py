@@ -130,7 +130,7 @@ async def held_still(container: str) -> AsyncIterator[None]:
     that does not run (stopped, gone) has nothing to freeze, and is copied as it is."""
     route = f"/libpod/containers/{segment(container)}"
     paused = await _asked_until_done(f"{route}/pause")
-    if paused.status_code not in (200, 204, 409):  # 409: not running
+    if paused.status_code not in (200, 204) and not _not_running(paused):
         logger.warning("Copying out of container %s while it runs: %s", container, engine_error(paused, "pausing it"))
     try:
         yield
@@ -145,10 +145,26 @@ async def _asked_until_done(route: str) -> httpx.Response:
     """``POST route`` (a pause or an unpause), asked again while the runtime gives up (HTTP 500: runc's
     cgroup v1 freezer does when a busy process does not freeze in time), up to :data:`_PAUSE_TRIES` times."""
     attempt = 1
-    while (answer := await engine_call("POST", route, timeout=STATE_CALL_TIMEOUT_SEC)).status_code == 500 and attempt < _PAUSE_TRIES:
+    while _gave_up(answer := await engine_call("POST", route, timeout=STATE_CALL_TIMEOUT_SEC)) and attempt < _PAUSE_TRIES:
         await asyncio.sleep(0.05 * attempt)
         attempt += 1
     return answer
+
+
+def _not_running(answer: httpx.Response) -> bool:
+    """The engine's "not running, can't pause" (a 500 with cause "container state improper"), or no such container."""
+    return answer.status_code in (404, 409) or (answer.status_code == 500 and _cause(answer) == "container state improper")
+
+
+def _gave_up(answer: httpx.Response) -> bool:
+    return answer.status_code == 500 and not _not_running(answer)
+
+
+def _cause(answer: httpx.Response) -> str:
+    try:
+        return str(answer.json().get("cause", ""))
+    except ValueError:
+        return ""
 
 
 #: Told of a copy out that the limit cut: its source and what :func:`unpack` did.
