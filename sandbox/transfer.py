@@ -40,9 +40,9 @@ _CHUNK = 1024 * 1024
 #: A copy past its limit reads on through this many times the limit, counting what it drops.
 _COPY_READ_FACTOR = 4
 #: The refused members named one by one (the rest are counted).
+_NAMED = 50
 #: Pauses asked before a copy goes ahead with the container running (:func:`held_still`).
 _PAUSE_TRIES = 20
-_NAMED = 50
 
 
 @dataclass
@@ -137,7 +137,7 @@ async def held_still(container: str) -> AsyncIterator[None]:
     finally:
         if paused.status_code in (200, 204):
             resumed = await _asked_until_done(f"{route}/unpause")
-            if resumed.status_code not in (200, 204, 404):
+            if resumed.status_code not in (200, 204) and not _not_running(resumed):  # one that ended meanwhile has nothing to resume
                 raise engine_error(resumed, f"resuming container {container} after a copy")
 
 

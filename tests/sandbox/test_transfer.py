@@ -162,3 +162,10 @@ async def test_an_unpause_that_keeps_failing_is_an_error_naming_the_container(mo
     with pytest.raises(Exception, match="resuming container c after a copy"):
         async with held_still("c"):
             pass
+
+
+async def test_a_container_that_ended_during_the_copy_needs_no_unpause(monkeypatch):
+    engine = _Engine(monkeypatch, pause=[204], unpause=[509])
+    async with held_still("c"):
+        pass
+    assert engine.calls == ["pause", "unpause"]
