@@ -219,12 +219,9 @@ class Guard:
             pid = parent
         return pid != self._init_pid and _started(pid) >= self._since
 
-    def describe_refusal(self, pid: int) -> str:
-        """The lineage of a refused process as read now (pid, parent, start tick, in or out of the container)."""
-        return self._in_words(self._lineage(pid))
-
     def refusal_to_tell(self, pid: int) -> str | None:
-        """:meth:`describe_refusal`, for the first refusal of each lineage (by the pid it ends at), at most
+        """The lineage of a refused process as read now (pid, parent, start tick, in or out of the
+        container), for the first refusal of each lineage (by the pid it ends at), at most
         :data:`DESCRIBED_REFUSALS` of them: a process the agent left opening the tests in a loop (its
         lineage ends at the container's init) is told once, and leaves room for any other refusal."""
         lineage = self._lineage(pid)

@@ -108,11 +108,11 @@ def test_a_lineage_that_stays_unreadable_is_refused_and_the_refusal_says_what_wa
     processes = _Processes(monkeypatch, table, unreadable={40: 10**9})
     guard = _guard(since=150)
     assert not guard.allows(12)
-    said = guard.describe_refusal(12)
+    said = guard.refusal_to_tell(12)
     assert said.startswith("refused an open by 12 (parent 11, started 201, in the container) <- 11 (parent 40, started 200, in the container) <- 40 unreadable")
     assert said.endswith("tests attached at tick 150, the container's init is 10")
     processes.unreadable.clear()
-    assert "21 (parent 50, started 120, in the container) <- 50 (parent 1, started 90, outside the container)" in _agent_left(monkeypatch).describe_refusal(22)
+    assert "21 (parent 50, started 120, in the container) <- 50 (parent 1, started 90, outside the container)" in _agent_left(monkeypatch).refusal_to_tell(22)
 
 
 def _agent_left(monkeypatch):
